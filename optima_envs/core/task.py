@@ -1,0 +1,87 @@
+"""A task is composed from parts, not subclassed: data source, evidence split, prompts,
+answer extractor, metric and termination rule. The env runs any such composition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from optima_envs.core.types import Evidence, Family, Message, TaskInstance
+from optima_envs.scoring.extract import Extraction
+
+
+class InstanceSource(Protocol):
+    """Indexed access to task instances (a dataset split, or a seeded generator)."""
+
+    def __len__(self) -> int: ...
+
+    def get(self, index: int) -> TaskInstance: ...
+
+
+EvidenceSplit = Callable[[TaskInstance, int, np.random.Generator], tuple[tuple[Evidence, ...], ...]]
+"""Deals an instance's evidence to `num_agents` agents using only the given RNG.
+
+Returns one tuple of evidence per agent, in agent order (already shuffled as the task wants).
+"""
+
+AnswerExtractor = Callable[[str], Extraction]
+"""Pulls the final answer out of one message; `Extraction.answer` is None when there is none."""
+
+Metric = Callable[[str, TaskInstance], float]
+"""Scores an extracted answer against the instance in [0, 1]; raises ScoringError if it cannot."""
+
+TerminationRule = Callable[[Sequence[Message], Message], "str | None"]
+"""Given the earlier messages and the new one, returns the name of the rule that ends the
+dialogue (recorded in infos as `end_reason`), or None to continue."""
+
+
+@dataclass(frozen=True)
+class Role:
+    """What an agent is asked to do. Only roles with `gives_answer` have their answers parsed."""
+
+    name: str
+    description: str
+    gives_answer: bool = True
+
+
+class PromptBuilder(Protocol):
+    """Writes the roles and each agent's system prompt for a task."""
+
+    def roles(self, num_agents: int) -> tuple[Role, ...]: ...
+
+    def system_prompt(
+        self,
+        *,
+        agent: str,
+        agents: Sequence[str],
+        role: Role,
+        instance: TaskInstance,
+        evidence: Sequence[Evidence],
+        format_instruction: str | None,
+    ) -> str: ...
+
+
+@dataclass(frozen=True)
+class Task:
+    """Everything that makes one registered env id what it is."""
+
+    name: str
+    family: Family
+    source: InstanceSource
+    split_evidence: EvidenceSplit
+    prompts: PromptBuilder
+    extract: AnswerExtractor
+    metric: Metric
+    termination: TerminationRule
+    answer_format: str
+    max_turns: int = 10
+
+
+def instance_gold_for_info(instance: TaskInstance) -> Any:
+    """The gold answer as plain Python data (lists become tuples so infos compare exactly)."""
+    gold = instance.gold
+    if isinstance(gold, list):
+        return tuple(gold)
+    return gold

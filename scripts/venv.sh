@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create (once) and update (when pyproject.toml changes) the project's virtual environment.
+# Usage: source scripts/venv.sh [extras]   e.g. "test"
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${OPTIMA_VENV:-$ROOT/.venv}"
+EXTRAS="${1:-}"
+PY="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+fi
+STAMP="$VENV/.optima-install-stamp"
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/venv.sh" | sha256sum | cut -d' ' -f1)-$EXTRAS"
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+  SPEC="$ROOT"
+  [ -n "$EXTRAS" ] && SPEC="$ROOT[$EXTRAS]"
+  "$VENV/bin/python" -m pip install --quiet -e "$SPEC"
+  echo "$WANT" > "$STAMP"
+fi
+export PATH="$VENV/bin:$PATH"

@@ -1,0 +1,37 @@
+"""The conformance suite: every registered id passes PettingZoo's tests and ours."""
+
+import pytest
+from pettingzoo.test import parallel_seed_test
+
+import optima_envs
+from optima_envs.test import check_parallel_api, check_seed_determinism, check_snapshot_roundtrip
+
+from tests.envs.env_kwargs import env_kwargs
+
+ALL_IDS = sorted(optima_envs.list_envs())
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+class TestEveryEnv:
+    def test_parallel_api(self, env_id):
+        check_parallel_api(optima_envs.make(env_id, **env_kwargs(env_id)))
+
+    def test_pettingzoo_seed_test(self, env_id):
+        parallel_seed_test(lambda: optima_envs.make(env_id, **env_kwargs(env_id)))
+
+    def test_full_episode_seed_determinism(self, env_id):
+        check_seed_determinism(lambda: optima_envs.make(env_id, **env_kwargs(env_id)))
+
+    def test_snapshot_roundtrip(self, env_id):
+        for turn in (0, 1, 3):
+            check_snapshot_roundtrip(optima_envs.make(env_id, **env_kwargs(env_id)), at_turn=turn)
+
+    def test_three_agents(self, env_id):
+        env = optima_envs.make(env_id, num_agents=3, **env_kwargs(env_id))
+        check_parallel_api(env)
+        env.reset(seed=3)
+        speakers = []
+        while env.agents and len(speakers) < 4:
+            speakers.append(env.current_speaker)
+            env.step({env.current_speaker: "hello"})
+        assert speakers[:3] == ["alice", "bob", "carol"]

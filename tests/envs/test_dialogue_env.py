@@ -1,0 +1,240 @@
+import re
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import data_equivalence
+
+import optima_envs
+from optima_envs.errors import ConfigError, EpisodeEndedError, InvalidActionError, InvalidSnapshotError, ResetNeededError
+from optima_envs.test import play, random_messages, scripted, share_evidence_then
+
+
+def make(**kwargs):
+    return optima_envs.make("synth-hop-ia", **kwargs)
+
+
+class TestTurnTaking:
+    def test_observation_says_whose_turn(self):
+        env = make()
+        obs, infos = env.reset(seed=0)
+        assert obs["alice"]["speaker"] == obs["bob"]["speaker"] == "alice"
+        obs, *_ = env.step({"alice": "hi"})
+        assert obs["bob"]["speaker"] == "bob"
+        assert obs["bob"]["transcript"] == ({"speaker": "alice", "text": "hi"},)
+
+    def test_other_agents_entries_are_ignored(self):
+        env = make()
+        env.reset(seed=0)
+        env.step({"alice": "hi", "bob": "ignored"})
+        assert [m.text for m in env.state.messages] == ["hi"]
+
+    def test_observation_contents(self):
+        env = make()
+        obs, _ = env.reset(seed=0, options={"index": 3})
+        alice = obs["alice"]
+        assert alice["role"] == "partner" and alice["question"] == env.state.instance.question
+        assert alice["evidence"] and all(e in alice["system_prompt"] for e in alice["evidence"])
+        assert env.observation_space("alice").contains(alice)
+
+
+class TestTokenCosts:
+    def test_exact_when_token_ids_given(self):
+        env = make()
+        env.reset(seed=0)
+        _, _, _, _, infos = env.step({"alice": {"text": "hello there", "token_ids": [5, 6, 7]}})
+        assert infos["alice"]["message_tokens"] == 3 and infos["alice"]["tokens_exact"] is True
+        assert infos["alice"]["agent_tokens"] == 3 and infos["bob"]["agent_tokens"] == 0
+        _, _, _, _, infos = env.step({"bob": "one two three four"})
+        assert infos["bob"]["message_tokens"] == 4 and infos["bob"]["tokens_exact"] is False
+        assert infos["bob"]["total_tokens"] == 7 and infos["bob"]["agent_tokens"] == 4
+
+    def test_tokenizer_callable_and_hf_like(self):
+        env = make(tokenizer=lambda text: list(text))
+        env.reset(seed=0)
+        assert env.step({"alice": "abcd"})[4]["alice"]["message_tokens"] == 4
+
+        class FakeHF:
+            def encode(self, text, add_special_tokens=False):
+                return text.split(",")
+
+        env = make(tokenizer=FakeHF())
+        env.reset(seed=0)
+        assert env.step({"alice": "a,b,c"})[4]["alice"]["message_tokens"] == 3
+
+    def test_bad_tokenizer(self):
+        with pytest.raises(TypeError, match="tokenizer must be None"):
+            make(tokenizer=42)
+
+
+class TestEnding:
+    def test_agreement_terminates_and_scores(self):
+        env = make()
+        env.reset(seed=0, options={"index": 0})
+        gold = env.state.instance.gold
+        trace = play(env, {"alice": share_evidence_then(gold), "bob": share_evidence_then(gold)}, seed=0,
+                     options={"index": 0})
+        _, rewards, terminations, truncations, infos = trace[-1]
+        assert all(terminations.values()) and not any(truncations.values())
+        assert rewards == {"alice": 1.0, "bob": 1.0}
+        end = infos["bob"]
+        assert end["end_reason"] == "agreed" and end["answer"] == gold and end["gold"] == gold
+        assert end["score"] == 1.0 and end["score_ok"] is True and end["tokens"] == end["total_tokens"]
+        assert env.agents == []
+
+    def test_turn_limit_truncates_and_scores_last_answer(self):
+        env = make(max_turns=3)
+        env.reset(seed=0, options={"index": 0})
+        gold = env.state.instance.gold
+        results = [env.step({env.current_speaker: m}) for m in ("hi", f"<A>{gold}</A>", "<A>nope</A>")]
+        _, rewards, terminations, truncations, infos = results[-1]
+        assert all(truncations.values()) and not any(terminations.values())
+        assert infos["alice"]["end_reason"] == "max_turns" and infos["alice"]["answer"] == "nope"
+        assert rewards["alice"] == 0.0
+
+    def test_no_answer_scores_zero_not_failure(self):
+        env = make(max_turns=2)
+        env.reset(seed=0)
+        env.step({"alice": "a"})
+        infos = env.step({"bob": "b"})[4]
+        assert infos["bob"]["answer"] is None and infos["bob"]["score"] == 0.0 and infos["bob"]["score_ok"] is True
+
+
+class TestBadInput:
+    def test_step_before_reset(self):
+        with pytest.raises(ResetNeededError, match="call reset\\(\\) before step"):
+            make().step({"alice": "x"})
+
+    def test_step_after_end(self):
+        env = make(max_turns=1)
+        env.reset(seed=0)
+        env.step({"alice": "x"})
+        with pytest.raises(EpisodeEndedError, match=re.escape("step() called after the episode ended (max_turns)")):
+            env.step({"bob": "x"})
+
+    @pytest.mark.parametrize("actions, message", [
+        ({"alice": 3}, "'alice''s action must be a str or a mapping with a 'text' str"),
+        ({"alice": None}, "'alice''s action must be a str"),
+        ({"alice": {"text": "x", "token_ids": "abc"}}, "'alice''s token_ids must be a sequence of ints"),
+        ({"mallory": "x", "alice": "y"}, "actions for agents not in this game: ['mallory']"),
+        ({"bob": "x"}, "it is 'alice''s turn but actions has no entry for 'alice'"),
+        ("hello", "step() takes a dict {agent: message}, got str"),
+    ])
+    def test_invalid_actions(self, actions, message):
+        env = make()
+        env.reset(seed=0)
+        with pytest.raises(InvalidActionError, match=re.escape(message)):
+            env.step(actions)
+        assert env.state.turn == 0, "a rejected action must not change the state"
+
+    def test_long_message_truncated_and_flagged(self):
+        env = make(max_message_chars=10)
+        env.reset(seed=0)
+        infos = env.step({"alice": "x" * 1_000_000})[4]
+        assert infos["alice"]["message_truncated"] is True
+        assert env.state.messages[-1].text == "x" * 10
+
+    @pytest.mark.parametrize("kwargs, message", [
+        ({"num_agents": 1}, "num_agents must be between 2 and 8"),
+        ({"max_turns": 0}, "max_turns must be >= 1, got 0"),
+        ({"agent_names": ["a", "a"]}, "agent_names must be at least two distinct names"),
+        ({"render_mode": "rgb_array"}, "render_mode must be one of ['human', 'ansi'] or None"),
+        ({"hops": 5}, "synth-hop-ia: hops must be 2 or 3, got 5"),
+    ])
+    def test_bad_config(self, kwargs, message):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            make(**kwargs)
+
+    def test_bad_reset_options(self):
+        env = make()
+        with pytest.raises(ConfigError, match=re.escape("options['format_instruction'] must be a string, 'sample'")):
+            env.reset(seed=0, options={"format_instruction": 99})
+        env = optima_envs.make("synth-hop-ia")
+        with pytest.raises(ConfigError, match=re.escape("options['index'] must be an int in [0, ")):
+            env.reset(seed=0, options={"index": -1})
+
+
+class TestDeterminism:
+    def test_exact_replay(self):
+        messages = random_messages(1, 20)
+        first = play(make(), {"alice": scripted(messages[0::2]), "bob": scripted(messages[1::2])}, seed=11)
+        second = play(make(), {"alice": scripted(messages[0::2]), "bob": scripted(messages[1::2])}, seed=11)
+        assert data_equivalence(first, second)
+
+    def test_seed_changes_instance_and_split(self):
+        env = make()
+        seen = set()
+        for seed in range(5):
+            env.reset(seed=seed)
+            seen.add(env.state.instance.instance_id)
+        assert len(seen) > 1
+
+    def test_global_random_state_untouched(self):
+        import random
+        random.seed(0)
+        np.random.seed(0)
+        expected = (random.random(), np.random.rand())
+        random.seed(0)
+        np.random.seed(0)
+        play(make(), {"alice": scripted(["a"] * 9), "bob": scripted(["b"] * 9)}, seed=3,
+             options={"format_instruction": "sample"})
+        assert (random.random(), np.random.rand()) == expected
+
+    def test_format_instruction_sampled_from_env_rng(self):
+        env = make()
+        picks = []
+        for _ in range(2):
+            env.reset(seed=5, options={"format_instruction": "sample"})
+            picks.append(env.state.format_instruction)
+        assert picks[0] == picks[1] and picks[0] in env.format_pool
+        assert picks[0] in env.state.system_prompts[0]
+
+
+class TestSnapshot:
+    def test_restore_rejects_other_tasks(self):
+        env = make()
+        env.reset(seed=0)
+        other = optima_envs.make("synth-arith-debate")
+        other.reset(seed=0)
+        with pytest.raises(InvalidSnapshotError, match="cannot restore an env of"):
+            env.restore(other.snapshot())
+
+    def test_snapshots_are_independent(self):
+        env = make()
+        env.reset(seed=0)
+        a = env.snapshot()
+        env.step({"alice": "one"})
+        b = env.snapshot()
+        env.step({"bob": "two"})
+        env.restore(a)
+        assert env.state.turn == 0 and env.current_speaker == "alice"
+        env.restore(b)
+        assert [m.text for m in env.state.messages] == ["one"]
+
+    def test_restore_also_restores_rng(self):
+        env = make()
+        env.reset(seed=0)
+        snap = env.snapshot()
+        env.reset()
+        first = env.state.instance.instance_id
+        env.restore(snap)
+        env.reset()
+        assert env.state.instance.instance_id == first
+
+
+class TestRender:
+    def test_plain_and_ansi(self):
+        env = make()
+        env.reset(seed=0)
+        env.step({"alice": "hello"})
+        plain = env.render()
+        assert "[alice] (1 tok) hello" in plain and "\033[" not in plain
+        env = make(render_mode="ansi")
+        env.reset(seed=0)
+        env.step({"alice": "hello"})
+        assert "\033[" in env.render()
+
+    def test_human_prints(self, capsys):
+        env = make(render_mode="human")
+        env.reset(seed=0)
+        env.step({"alice": "hello"})
+        assert "hello" in capsys.readouterr().out
