@@ -11,11 +11,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
 fi
 STAMP="$VENV/.optima-install-stamp"
-WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/venv.sh" | sha256sum | cut -d' ' -f1)-$EXTRAS"
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/venv.sh" "$ROOT/scripts/constraints.txt" | sha256sum | cut -d' ' -f1)-$EXTRAS"
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   SPEC="$ROOT"
   [ -n "$EXTRAS" ] && SPEC="$ROOT[$EXTRAS]"
-  "$VENV/bin/python" -m pip install --quiet -e "$SPEC"
+  PIP=("$VENV/bin/python" -m pip install --quiet -c "$ROOT/scripts/constraints.txt")
+  "${PIP[@]}" torch==2.13.0
+  "${PIP[@]}" -e "$SPEC"
   echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

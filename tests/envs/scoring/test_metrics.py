@@ -1,0 +1,201 @@
+"""Tests for the text and number metrics of `optima_envs.scoring` (math is in test_math.py)."""
+
+from __future__ import annotations
+
+import re
+from functools import partial
+
+import pytest
+
+from optima_envs.errors import ScoringError
+from optima_envs.scoring import (
+    choice_match,
+    exact_match,
+    max_over_aliases,
+    numeric_match,
+    token_f1,
+    word_match,
+)
+
+
+class TestTokenF1:
+    @pytest.mark.parametrize(
+        ("prediction", "gold", "expected"),
+        [
+            ("Paris", "paris", 1.0),
+            ("the Eiffel Tower!", "Eiffel tower", 1.0),  # articles, punctuation, case
+            ("cat sat", "the cat sat down", 0.8),  # P=1, R=2/3
+            ("an b c d", "the b", 0.5),  # articles dropped; P=1/3, R=1
+            ("Rome", "Paris", 0.0),
+            ("x x y", "x y y", 2 / 3),  # multiset overlap
+        ],
+    )
+    def test_squad_f1(self, prediction: str, gold: str, expected: float) -> None:
+        assert token_f1(prediction, gold) == pytest.approx(expected, abs=1e-12)
+
+    @pytest.mark.parametrize(
+        ("prediction", "gold", "expected"),
+        [
+            ("yes", "yes it is", 0.0),  # would be 0.67 without the special case
+            ("yes it is", "yes", 0.0),
+            ("no answer", "noanswer", 0.0),
+            ("Yes.", "yes", 1.0),
+            ("no", "No", 1.0),
+            ("noanswer", "yes", 0.0),
+        ],
+    )
+    def test_yes_no_special_case(self, prediction: str, gold: str, expected: float) -> None:
+        assert token_f1(prediction, gold) == expected
+
+    def test_both_normalise_to_nothing(self) -> None:
+        assert token_f1("the", "The The") == 1.0
+        assert token_f1("a", "Blur") == 0.0
+
+    def test_empty_gold_raises(self) -> None:
+        with pytest.raises(ScoringError, match=re.escape(
+                "token_f1: the gold answer is empty ('  '); fix the dataset row.")):
+            token_f1("x", "  ")
+
+
+class TestExactMatch:
+    @pytest.mark.parametrize(
+        ("prediction", "gold", "expected"),
+        [
+            ("The Beatles", "beatles", 1.0),
+            ("  paris. ", "Paris", 1.0),
+            ("Paris France", "Paris", 0.0),
+            ("$29.00", "29", 1.0),  # currency and trailing zeros
+            ("1,000", "1000", 1.0),  # thousands separators
+            ("29 dollars", "$29", 1.0),
+            ("50%", "50", 1.0),
+            ("\\frac{1}{2}", "0.5", 1.0),  # LaTeX fraction vs decimal
+            ("1/2", "0.5", 1.0),
+            ("0.3333333", "1/3", 1.0),  # within 1e-6 relative
+            ("0.333", "1/3", 0.0),
+            ("Route 66", "66", 0.0),  # a number inside text is compared as text
+            ("29", "30", 0.0),
+            ("0", "-0", 1.0),
+        ],
+    )
+    def test_exact_match(self, prediction: str, gold: str, expected: float) -> None:
+        assert exact_match(prediction, gold) == expected
+
+    def test_empty_gold_raises(self) -> None:
+        with pytest.raises(ScoringError, match=re.escape("exact_match: the gold answer is empty")):
+            exact_match("x", "")
+
+
+class TestMaxOverAliases:
+    ALIASES = ["Johann Sebastian Bach", "J. S. Bach", "Bach"]  # a TriviaQA-style alias list
+
+    def test_best_alias_wins(self) -> None:
+        assert max_over_aliases(exact_match, "bach", self.ALIASES) == 1.0
+        assert max_over_aliases(token_f1, "Sebastian Bach", self.ALIASES) == pytest.approx(0.8)
+        assert max_over_aliases(exact_match, "Handel", self.ALIASES) == 0.0
+
+    def test_as_partial_metric(self) -> None:
+        metric = partial(max_over_aliases, token_f1)
+        assert metric("J S Bach", self.ALIASES) == 1.0
+
+    def test_empty_aliases_raise(self) -> None:
+        with pytest.raises(ScoringError, match=re.escape(
+                "max_over_aliases: the list of gold aliases is empty.")):
+            max_over_aliases(token_f1, "x", [])
+
+    def test_single_string_is_a_type_error(self) -> None:
+        with pytest.raises(TypeError, match=re.escape("pass ['Bach']")):
+            max_over_aliases(token_f1, "x", "Bach")
+
+
+class TestNumericMatch:
+    @pytest.mark.parametrize(
+        ("prediction", "gold", "expected"),
+        [
+            ("72", "72", 1.0),
+            ("The total is $72.00", "72", 1.0),  # the first number of the prediction
+            ("1,000", "1000", 1.0),
+            ("-3.5", "-7/2", 1.0),
+            ("1e3", "1000", 1.0),
+            ("1000.0005", "1000", 1.0),  # within 1e-6 relative
+            ("1000.01", "1000", 0.0),
+            ("71", "72", 0.0),
+            ("seventy-two", "72", 0.0),  # no number in the prediction: wrong, not an error
+            ("", "72", 0.0),
+        ],
+    )
+    def test_numeric_match(self, prediction: str, gold: str, expected: float) -> None:
+        assert numeric_match(prediction, gold) == expected
+
+    def test_gold_without_number_raises(self) -> None:
+        with pytest.raises(ScoringError, match=re.escape(
+                "numeric_match: the gold answer 'seventy' has no number.")):
+            numeric_match("70", "seventy")
+
+
+class TestChoiceMatch:
+    OPTIONS = {"A": "Paris", "B": "London", "C": "A dog", "D": "Rome"}
+
+    @pytest.mark.parametrize(
+        "prediction",
+        ["B", "b", "(B)", "B)", "B.", "[B]", "**B**", "Option B", "option b", "The answer is (B)",
+         "Answer: B", "B) London", "(b) london", "London", "  london. ", "B because of the map"],
+    )
+    def test_designates_gold(self, prediction: str) -> None:
+        assert choice_match(prediction, "B", self.OPTIONS) == 1.0
+
+    @pytest.mark.parametrize(
+        "prediction",
+        ["A", "Paris", "B) Rome", "E", "I think B", "", "Londres", "A dog"],
+    )
+    def test_does_not_designate_gold(self, prediction: str) -> None:
+        assert choice_match(prediction, "B", self.OPTIONS) == 0.0
+
+    def test_option_text_beats_letter_reading(self) -> None:
+        # "A dog" is option C's text, not the letter A followed by "dog".
+        assert choice_match("A dog", "C", self.OPTIONS) == 1.0
+        assert choice_match("a", "A", self.OPTIONS) == 1.0
+
+    def test_numeric_labels(self) -> None:
+        assert choice_match("(2)", "2", {"1": "red", "2": "blue"}) == 1.0
+
+    def test_empty_options_raise(self) -> None:
+        with pytest.raises(ScoringError, match=re.escape(
+                "choice_match: the options mapping is empty; the task must list them.")):
+            choice_match("A", "A", {})
+
+    def test_gold_not_an_option_raises(self) -> None:
+        with pytest.raises(ScoringError, match=re.escape(
+                "choice_match: the gold label 'E' is not an option label (['A', 'B', 'C', 'D']).")):
+            choice_match("A", "E", self.OPTIONS)
+
+
+class TestWordMatch:
+    CANDIDATES = ["king", "kingdom", "queen", "Mr. Fox"]
+
+    @pytest.mark.parametrize(
+        ("prediction", "expected"),
+        [
+            ("king", 1.0),
+            ("The King.", 1.0),
+            ("I think it is the king", 1.0),  # exactly one candidate in the sentence
+            ("kingdom", 0.0),  # whole words only
+            ("the king or the queen", 0.0),  # two candidates: no choice made
+            ("queen", 0.0),
+            ("nobody", 0.0),
+        ],
+    )
+    def test_word_match(self, prediction: str, expected: float) -> None:
+        assert word_match(prediction, "king", self.CANDIDATES) == expected
+
+    def test_multi_word_candidate(self) -> None:
+        assert word_match("it was mr fox", "Mr. Fox", self.CANDIDATES) == 1.0
+
+    def test_empty_candidates_raise(self) -> None:
+        with pytest.raises(ScoringError,
+                           match=re.escape("word_match: the candidate list is empty.")):
+            word_match("king", "king", [])
+
+    def test_gold_not_a_candidate_raises(self) -> None:
+        with pytest.raises(ScoringError, match=re.escape(
+                "word_match: the gold word 'prince' is not among the candidates")):
+            word_match("king", "prince", self.CANDIDATES)
