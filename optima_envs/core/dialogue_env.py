@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -148,7 +149,7 @@ class DialogueEnv(ParallelEnv):
             format_instruction=format_instruction, agent_tokens=(0,) * len(self.possible_agents),
         )
         self.agents = list(self.possible_agents)
-        observations = self._observations(self._state)
+        observations = self.observations_for(self._state)
         infos = {a: {"turn": 0, "speaker": self.current_speaker, "instance_id": instance.instance_id}
                  for a in self.agents}
         return observations, infos
@@ -163,8 +164,8 @@ class DialogueEnv(ParallelEnv):
         text, token_ids = self._read_action(actions, speaker)
         message, state = self._advance(state, speaker, text, token_ids)
         self._state = state
-        observations = self._observations(state)
-        infos = self._infos(state, message)
+        observations = self.observations_for(state)
+        infos = self.infos_for(state, message)
         ended = state.ended
         reward = float(state.outcome.get("score") or 0.0) if ended else 0.0
         rewards = {a: reward for a in self.possible_agents}
@@ -295,7 +296,7 @@ class DialogueEnv(ParallelEnv):
             messages=(*state.messages, message), agent_tokens=tuple(tokens), end_reason=end_reason,
         )
         if end_reason is not None:
-            new_state = _with_outcome(new_state, self._score(new_state))
+            new_state = replace(new_state, outcome=self._score(new_state))
         return message, new_state
 
     def _score(self, state: DialogueState) -> dict[str, Any]:
@@ -310,7 +311,8 @@ class DialogueEnv(ParallelEnv):
             outcome.update(score=None, score_ok=False, score_error=f"{type(error).__name__}: {error}")
         return outcome
 
-    def _observations(self, state: DialogueState) -> dict[str, dict[str, Any]]:
+    def observations_for(self, state: DialogueState) -> dict[str, dict[str, Any]]:
+        """Every agent's observation of a state (what `reset`/`step` return), e.g. after `restore`."""
         speaker = self.current_speaker
         question = state.instance.question
         observations = {}
@@ -328,7 +330,8 @@ class DialogueEnv(ParallelEnv):
             }
         return observations
 
-    def _infos(self, state: DialogueState, message: Message) -> dict[str, dict[str, Any]]:
+    def infos_for(self, state: DialogueState, message: Message) -> dict[str, dict[str, Any]]:
+        """Every agent's infos for the step that added `message` and led to `state`."""
         common = {
             "turn": message.turn,
             "speaker": message.speaker,
@@ -342,9 +345,3 @@ class DialogueEnv(ParallelEnv):
         if state.ended:
             common.update(end_reason=state.end_reason, tokens=state.total_tokens, **state.outcome)
         return {a: {**common, "agent_tokens": state.agent_tokens[i]} for i, a in enumerate(self.possible_agents)}
-
-
-def _with_outcome(state: DialogueState, outcome: Mapping[str, Any]) -> DialogueState:
-    from dataclasses import replace
-
-    return replace(state, outcome=dict(outcome))

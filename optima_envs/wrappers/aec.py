@@ -72,7 +72,7 @@ class DialogueAECEnv(AECEnv):
         """Restore the dialogue and rebuild this view's bookkeeping as after the same turns."""
         self.env.restore(snapshot)
         state = self.env.state
-        self._observations = self.env._observations(state)
+        self._observations = self.env.observations_for(state)
         self.agents = list(self.env.possible_agents)
         ended = state.ended
         terminated = ended and state.end_reason != "max_turns"
@@ -81,7 +81,7 @@ class DialogueAECEnv(AECEnv):
         self._cumulative_rewards = dict.fromkeys(self.agents, reward)
         self.terminations = dict.fromkeys(self.agents, terminated)
         self.truncations = dict.fromkeys(self.agents, ended and not terminated)
-        self.infos = (self.env._infos(state, state.messages[-1]) if state.messages
+        self.infos = (self.env.infos_for(state, state.messages[-1]) if state.messages
                       else {a: {"turn": 0, "speaker": self.env.current_speaker} for a in self.agents})
         self.agent_selection = self.env.current_speaker or self.agents[0]
         self._skip_agent_selection = None

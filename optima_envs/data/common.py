@@ -1,0 +1,437 @@
+"""What every dataset loader shares: reading rows with file-and-line locations, finding a
+split's files, loading from the Hugging Face hub, selecting a reproducible subset, and a lazy,
+cached `InstanceSource` (`DatasetSource`) that the per-dataset loaders subclass.
+
+A loader says where a split's files are (`file_patterns`), where the dataset is on the hub
+(`hub_id`, `hub_config`) and how one row becomes a `TaskInstance` (`to_instance`); the rest is
+here. Errors name the file and line (`dev.jsonl:17`), the item of a JSON list (`dev.json[16]`)
+or the hub row, and the field.
+
+Subset selection (`limit`, `seed`): without `limit` every row is used, in file order. With
+`limit=N`, the rows are taken in the order of `np.random.default_rng(seed).permutation(n_rows)`
+and the first N that load are kept, so the subset is reproducible, and a larger `limit` with the
+same seed extends a smaller one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Mapping, Sequence
+
+import numpy as np
+
+from optima_envs.core.types import TaskInstance
+from optima_envs.errors import ConfigError, DataError, DataNotFoundError
+
+OnError = Literal["raise", "skip"]
+CACHE_SIZE = 16
+
+
+class DataWarning(UserWarning):
+    """Warned when rows were skipped (`on_error="skip"`); the list is on `source.skipped`."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where a dataset task's data comes from and which part of it is used.
+
+    data_dir (str, *optional*): a folder holding the dataset's release files (or hub-format
+        rows as .jsonl/.json/.parquet); the split's file is found by name.
+    data_files (str or sequence of str, *optional*): the exact file(s) to read.
+    split (str): the split; aliases such as "dev" are accepted (see `SPLIT_ALIASES`).
+    limit (int, *optional*): use a seeded random subset of this many instances.
+    seed (int, defaults to 0): the seed of that subset.
+    on_error ("raise" or "skip", defaults to "raise"): what a malformed row does.
+    hub_id (str, *optional*): the hub dataset used when no path is given (a per-dataset default).
+
+    With neither `data_dir` nor `data_files`, the data is loaded from the hub with `datasets`.
+    """
+
+    data_dir: str | None = None
+    data_files: tuple[str, ...] | None = None
+    split: str = "validation"
+    limit: int | None = None
+    seed: int = 0
+    on_error: OnError = "raise"
+    hub_id: str | None = None
+
+    DATASET: ClassVar[str] = "dataset"
+    SPLITS: ClassVar[tuple[str, ...]] = ("train", "validation", "test")
+    SPLIT_ALIASES: ClassVar[Mapping[str, str]] = {"dev": "validation", "valid": "validation", "val": "validation"}
+
+    def __post_init__(self) -> None:
+        name = self.DATASET
+        if self.data_dir is not None:
+            if not isinstance(self.data_dir, (str, os.PathLike)):
+                raise ConfigError(f"{name}: data_dir must be a path, got {self.data_dir!r}")
+            object.__setattr__(self, "data_dir", os.path.expanduser(os.fspath(self.data_dir)))
+        if self.data_files is not None:
+            files = [self.data_files] if isinstance(self.data_files, (str, os.PathLike)) else self.data_files
+            if not isinstance(files, (list, tuple)) or not files or \
+                    not all(isinstance(f, (str, os.PathLike)) for f in files):
+                raise ConfigError(f"{name}: data_files must be a path or a non-empty list of paths, "
+                                  f"got {self.data_files!r}")
+            object.__setattr__(self, "data_files", tuple(os.path.expanduser(os.fspath(f)) for f in files))
+        if self.data_dir is not None and self.data_files is not None:
+            raise ConfigError(f"{name}: pass data_dir or data_files, not both "
+                              f"(data_dir={self.data_dir!r}, data_files={list(self.data_files)!r})")
+        split = self.SPLIT_ALIASES.get(self.split, self.split) if isinstance(self.split, str) else self.split
+        if split not in self.SPLITS:
+            aliases = f" (aliases: {dict(self.SPLIT_ALIASES)})" if self.SPLIT_ALIASES else ""
+            raise ConfigError(f"{name}: split must be one of {list(self.SPLITS)}{aliases}, got {self.split!r}")
+        object.__setattr__(self, "split", split)
+        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int)
+                                       or self.limit < 1):
+            raise ConfigError(f"{name}: limit must be a positive int or None, got {self.limit!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ConfigError(f"{name}: seed must be a non-negative int, got {self.seed!r}")
+        if self.on_error not in ("raise", "skip"):
+            raise ConfigError(f"{name}: on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        if self.hub_id is not None and (not isinstance(self.hub_id, str) or "/" not in self.hub_id):
+            raise ConfigError(f"{name}: hub_id must be 'owner/name', got {self.hub_id!r}")
+
+
+# ----------------------------------------------------------------------------- rows and fields
+
+@dataclass(frozen=True)
+class Row:
+    """One raw record and where it came from. `error` is set when it could not be parsed."""
+
+    data: Any
+    where: str  # "path:line", "path[item]" or "hub <id> (<config>, <split>) row <i>"
+    index: int  # position among the rows of its file (or hub split), from 0
+    origin: str  # the file's stem, or the hub split's name: the prefix of positional ids
+    error: str | None = None
+
+    def fail(self, message: str) -> DataError:
+        return DataError(f"{self.where}: {message}")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def require(row: Row, key: str, kind: type | tuple[type, ...] = str, *, container: Any = None,
+            label: str | None = None, allow_empty: bool = False) -> Any:
+    """`row.data[key]` (or `container[key]`), checked to exist, have type `kind` and, for
+    strings and lists, not be empty; otherwise a `DataError` naming the place and the field."""
+    data = row.data if container is None else container
+    label = label or key
+    if not isinstance(data, Mapping):
+        raise row.fail(f"expected an object with field {label!r}, got {type(data).__name__} {_short(data)}")
+    if key not in data:
+        raise row.fail(f"missing field {label!r} (fields present: {sorted(map(str, data))[:15]})")
+    value = data[key]
+    if not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise row.fail(f"field {label!r} must be {names}, got {type(value).__name__} {_short(value)}")
+    if not allow_empty and isinstance(value, (str, list, tuple)) and not (value.strip() if isinstance(value, str) else value):
+        raise row.fail(f"field {label!r} is empty")
+    return value
+
+
+# ----------------------------------------------------------------------------- readers
+
+def read_rows(path: Path) -> list[Row]:
+    """Rows of a .jsonl, .json (a list, one object, or JSON Lines), .csv (no header) or
+    .parquet file."""
+    suffix = path.suffix.lower()
+    readers = {".jsonl": read_jsonl, ".json": read_json, ".csv": read_csv, ".parquet": read_parquet}
+    if suffix not in readers:
+        raise DataError(f"{path}: unsupported file type {suffix!r}; expected one of {sorted(readers)}")
+    return readers[suffix](path)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text (byte {error.start}): {error.reason}") from error
+
+
+def read_jsonl(path: Path) -> list[Row]:
+    """One JSON value per line; blank lines are ignored. A bad line becomes a Row with `error`."""
+    rows = []
+    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            rows.append(Row(json.loads(line), where, len(rows), path.stem))
+        except json.JSONDecodeError as error:
+            rows.append(Row(None, where, len(rows), path.stem, error=f"invalid JSON ({error.msg}, column {error.colno})"))
+    return rows
+
+
+def read_json(path: Path, key: str | None = None) -> list[Row]:
+    """A JSON list (one row per item), a single object (one row), or the list under `key` of
+    an object (TriviaQA's `Data`). A file of JSON Lines named .json is read as JSON Lines."""
+    text = _read_text(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        if error.msg == "Extra data":
+            return read_jsonl(path)
+        raise DataError(f"{path}: invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from error
+    if key is not None:
+        if not isinstance(data, Mapping) or not isinstance(data.get(key), list):
+            raise DataError(f"{path}: expected a JSON object with a list under {key!r}, "
+                            f"got {type(data).__name__}{' with fields ' + str(sorted(data)[:10]) if isinstance(data, Mapping) else ''}")
+        data = data[key]
+    if isinstance(data, list):
+        return [Row(item, f"{path}[{i}]", i, path.stem) for i, item in enumerate(data)]
+    return [Row(data, str(path), 0, path.stem)]
+
+
+def read_csv(path: Path) -> list[Row]:
+    """A headerless CSV: each row is a list of strings; `where` is the record's first line."""
+    rows = []
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            reader = csv.reader(handle)
+            start = 1
+            for record in reader:
+                if record:
+                    rows.append(Row(record, f"{path}:{start}", len(rows), path.stem))
+                start = reader.line_num + 1
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise DataError(f"{path}: cannot read as CSV: {error}") from error
+    return rows
+
+
+def read_parquet(path: Path) -> list[Row]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as error:
+        raise DataError(f"{path}: reading Parquet files needs pyarrow: pip install pyarrow") from error
+    try:
+        items = pq.read_table(path).to_pylist()
+    except (OSError, ValueError) as error:  # pyarrow's errors derive from these
+        raise DataError(f"{path}: cannot read as Parquet: {error}") from error
+    return [Row(item, f"{path}, row {i}", i, path.stem) for i, item in enumerate(items)]
+
+
+# ----------------------------------------------------------------------------- files and hub
+
+def check_files(paths: Sequence[str], *, dataset: str, hint: str) -> tuple[Path, ...]:
+    found = []
+    for name in paths:
+        path = Path(name)
+        if not path.is_file():
+            raise DataNotFoundError(f"{dataset}: data file {str(path)!r} does not exist "
+                                    f"(data_files={list(paths)!r}). {hint}")
+        found.append(path)
+    return tuple(found)
+
+
+def find_files(data_dir: str, patterns: Sequence[str], *, dataset: str, split: str, hint: str) -> tuple[Path, ...]:
+    """The files of the first glob pattern (relative to `data_dir`) that matches anything."""
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise DataNotFoundError(f"{dataset}: data_dir {str(root)!r} is not a folder. {hint}")
+    for pattern in patterns:
+        matches = sorted(p for p in root.glob(pattern) if p.is_file())
+        if matches:
+            return tuple(matches)
+    raise DataNotFoundError(f"{dataset}: no file for split {split!r} in {str(root)!r}: looked for "
+                            f"{list(patterns)}. Pass data_files=[...] to name the file(s). {hint}")
+
+
+def load_hub_rows(hub_id: str, config: str | None, split: str, *, dataset: str, hint: str) -> list[Row]:
+    """Rows of a hub dataset via `datasets.load_dataset`; any failure (offline machine, no such
+    dataset, no network) becomes a `DataNotFoundError` that says how to pass local files."""
+    where = f"{hub_id!r}" + (f" (config {config!r})" if config else "") + f", split {split!r}"
+    try:
+        import datasets
+    except ImportError as error:
+        raise DataNotFoundError(
+            f"{dataset}: no data_dir or data_files was given, and loading {where} from the Hugging Face "
+            f"hub needs the `datasets` package (pip install datasets). {hint}") from error
+    try:
+        table = datasets.load_dataset(hub_id, config, split=split)
+    except Exception as error:  # offline, missing or unreachable: the cause is chained, not hidden
+        raise DataNotFoundError(
+            f"{dataset}: could not load {where} from the Hugging Face hub "
+            f"({type(error).__name__}: {error}). {hint}") from error
+    label = f"hub {hub_id}" + (f" ({config}, {split})" if config else f" ({split})")
+    return [Row(item, f"{label} row {i}", i, split) for i, item in enumerate(table)]
+
+
+# ----------------------------------------------------------------------------- the source
+
+_CACHE: OrderedDict[Any, tuple[tuple[TaskInstance, ...], tuple[tuple[str, str], ...]]] = OrderedDict()
+
+
+def clear_cache() -> None:
+    """Forget every loaded dataset (the next access reads the files again)."""
+    _CACHE.clear()
+
+
+class DatasetSource:
+    """A lazy `InstanceSource` over one split of a dataset.
+
+    Construction only finds the files (so a missing file fails at `make()`); the rows are read
+    and converted on first use (`len`, `get`, `instances`) and cached, keyed by the files'
+    paths, sizes and modification times and by the config, so later `make()` calls are free.
+
+    Attributes:
+        skipped: `(where, message)` for every row skipped under `on_error="skip"`.
+        origin: where the data comes from, for logs ("files: ..." or "hub: ...").
+    """
+
+    dataset: ClassVar[str] = "dataset"
+    default_hub_id: ClassVar[str] = ""
+    dedupe_ids: ClassVar[bool] = False  # False: a repeated instance id is an error
+
+    def __init__(self, config: DataConfig):
+        self.config = config
+        self.hub_id = config.hub_id or self.default_hub_id
+        if config.data_files is not None:
+            self.files: tuple[Path, ...] | None = check_files(config.data_files, dataset=self.dataset, hint=self.hint())
+        elif config.data_dir is not None:
+            self.files = find_files(config.data_dir, self.file_patterns(), dataset=self.dataset,
+                                    split=config.split, hint=self.hint())
+        else:
+            self.files = None
+        self.origin = (f"files: {', '.join(map(str, self.files[:3]))}{' ...' if len(self.files) > 3 else ''}"
+                       if self.files is not None else f"hub: {self.hub_id} {self.hub_config() or ''} {self.hub_split()}")
+        self._instances: tuple[TaskInstance, ...] | None = None
+        self.skipped: tuple[tuple[str, str], ...] = ()
+
+    # ------------------------------------------------------------------ hooks for loaders
+    def file_patterns(self) -> tuple[str, ...]:
+        """Glob patterns, relative to `data_dir`, of the split's files; the first match wins."""
+        raise NotImplementedError
+
+    def hub_config(self) -> str | None:
+        return None
+
+    def hub_split(self) -> str:
+        return self.config.split
+
+    def files_hint(self) -> str:
+        """What a data_dir should hold, for error messages."""
+        return "the dataset's release files"
+
+    def read_file(self, path: Path) -> list[Row]:
+        return read_rows(path)
+
+    def read_hub(self) -> list[Row]:
+        return load_hub_rows(self.hub_id, self.hub_config(), self.hub_split(), dataset=self.dataset, hint=self.hint())
+
+    def to_instance(self, row: Row) -> TaskInstance:
+        """One row as a TaskInstance; raise `row.fail(...)` for anything malformed."""
+        raise NotImplementedError
+
+    def loader_options(self) -> tuple[tuple[str, Any], ...]:
+        """The loader's own knobs that change `to_instance` (part of the cache key)."""
+        return ()
+
+    # ------------------------------------------------------------------ InstanceSource
+    def __len__(self) -> int:
+        return len(self.instances)
+
+    def get(self, index: int) -> TaskInstance:
+        instances = self.instances
+        if not 0 <= index < len(instances):
+            raise IndexError(f"{self.dataset}: index {index} out of range [0, {len(instances)})")
+        return instances[index]
+
+    @property
+    def instances(self) -> tuple[TaskInstance, ...]:
+        if self._instances is None:
+            self._instances, self.skipped = self._load_cached()
+        return self._instances
+
+    def hint(self) -> str:
+        return (f"To use local files, pass data_dir=... (a folder with {self.files_hint()}) or "
+                f"data_files=[...], e.g. optima_envs.make('{self.dataset}', data_dir='path/to/data').")
+
+    # ------------------------------------------------------------------ loading
+    def _cache_key(self) -> Any:
+        if self.files is None:
+            where: Any = ("hub", self.hub_id, self.hub_config(), self.hub_split())
+        else:
+            where = tuple((str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size) for p in self.files)
+        options = tuple((f.name, getattr(self.config, f.name)) for f in fields(self.config))
+        return type(self).__module__, type(self).__qualname__, where, options, self.loader_options()
+
+    def _load_cached(self) -> tuple[tuple[TaskInstance, ...], tuple[tuple[str, str], ...]]:
+        key = self._cache_key()
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+        result = self._load()
+        _CACHE[key] = result
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+        return result
+
+    def _read_all(self) -> list[Row]:
+        if self.files is None:
+            return self.read_hub()
+        return [row for path in self.files for row in self.read_file(path)]
+
+    def _load(self) -> tuple[tuple[TaskInstance, ...], tuple[tuple[str, str], ...]]:
+        rows = self._read_all()
+        limit, skip = self.config.limit, self.config.on_error == "skip"
+        order = range(len(rows)) if limit is None else np.random.default_rng(self.config.seed).permutation(len(rows))
+        instances: list[TaskInstance] = []
+        skipped: list[tuple[str, str]] = []
+        first_seen: dict[str, str] = {}
+        repeats: dict[str, int] = {}
+        for i in order:
+            if limit is not None and len(instances) >= limit:
+                break
+            row = rows[int(i)]
+            try:
+                instance = self._convert(row)
+                key = instance.instance_id
+                if key in first_seen:
+                    if not self.dedupe_ids:
+                        raise row.fail(f"duplicate instance id {key!r} (first at {first_seen[key]})")
+                    repeats[key] = repeats.get(key, 1) + 1
+                    instance = _with_id(instance, f"{key}#{repeats[key]}")
+            except DataError as error:
+                if not skip:
+                    raise
+                skipped.append((row.where, str(error)))
+                continue
+            first_seen.setdefault(instance.instance_id, row.where)
+            instances.append(instance)
+        if skipped:
+            warnings.warn(f"{self.dataset}: skipped {len(skipped)} malformed row(s) of {len(rows)} "
+                          f"(on_error='skip'); the first: {skipped[0][1]}. See source.skipped.",
+                          DataWarning, stacklevel=4)
+        if not instances:
+            raise DataError(f"{self.dataset}: no instances loaded from {self.origin} "
+                            f"({len(rows)} rows read, {len(skipped)} skipped)")
+        return tuple(instances), tuple(skipped)
+
+    def _convert(self, row: Row) -> TaskInstance:
+        if row.error is not None:
+            raise row.fail(row.error)
+        try:
+            return self.to_instance(row)
+        except DataError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+            raise row.fail(f"malformed {self.dataset} row ({type(error).__name__}: {error})") from error
+
+
+def _with_id(instance: TaskInstance, instance_id: str) -> TaskInstance:
+    from dataclasses import replace
+
+    return replace(instance, instance_id=instance_id)
+
+
+def positional_id(row: Row) -> str:
+    """`<file stem or hub split>-<row index>` for datasets whose rows carry no id."""
+    return f"{row.origin}-{row.index}"
