@@ -12,3 +12,27 @@ register(EnvSpec(
     description="Multi-step arithmetic word problems, solver + critic debate (numeric exact match).",
     changes={1: "first release"},
 ))
+
+# The paper's eight tasks, on the datasets' original release files or the hub's rows
+# (pass data_dir=... / data_files=... on machines without the hub).
+_DATASET_TASKS = (
+    ("hotpotqa-ia", "hotpotqa", "ia",
+     "HotpotQA distractor: supporting paragraphs dealt alternately, distractors at random (token F1)."),
+    ("2wikimqa-ia", "twowikimqa", "ia",
+     "2WikiMultiHopQA: supporting paragraphs dealt alternately, distractors at random (token F1)."),
+    ("triviaqa-ia", "triviaqa", "ia",
+     "TriviaQA rc: evidence snippets shuffled and dealt alternately (max token F1 over aliases)."),
+    ("cbt-ia", "cbt", "ia",
+     "Children's Book Test (CN/NE): story halves split, 10 candidates (exact match on the word)."),
+    ("gsm8k-debate", "gsm8k", "debate",
+     "GSM8K word problems, solver + critic debate, \\boxed{} answer (numeric exact match)."),
+    ("math-debate", "hendrycks_math", "debate",
+     "MATH competition problems, solver + critic debate, \\boxed{} answer (symbolic equivalence)."),
+    ("arc-debate", "arc", "debate",
+     "ARC-Challenge, 4-5 options, solver + critic debate, <A>letter</A> (exact match on the option)."),
+    ("mmlu-debate", "mmlu", "debate",
+     "MMLU, 57 subjects, 4 options, solver + critic debate, <A>letter</A> (exact match on the option)."),
+)
+for _name, _module, _family, _description in _DATASET_TASKS:
+    register(EnvSpec(name=_name, version=1, entry_point=f"optima_envs.tasks.{_module}:make_task", family=_family,
+                     description=_description, changes={1: "first release"}))

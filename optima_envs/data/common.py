@@ -15,19 +15,24 @@ same seed extends a smaller one.
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 
 from optima_envs.core.types import TaskInstance
+from optima_envs.data.rows import Row, read_csv, read_json, read_jsonl, read_parquet, read_rows, require
 from optima_envs.errors import ConfigError, DataError, DataNotFoundError
+
+__all__ = [
+    "CACHE_SIZE", "DataConfig", "DataWarning", "DatasetSource", "OnError", "Row", "check_files", "clear_cache",
+    "find_files", "load_hub_rows", "positional_id", "read_csv", "read_json", "read_jsonl", "read_parquet",
+    "read_rows", "require",
+]
 
 OnError = Literal["raise", "skip"]
 CACHE_SIZE = 16
@@ -93,129 +98,8 @@ class DataConfig:
             raise ConfigError(f"{name}: seed must be a non-negative int, got {self.seed!r}")
         if self.on_error not in ("raise", "skip"):
             raise ConfigError(f"{name}: on_error must be 'raise' or 'skip', got {self.on_error!r}")
-        if self.hub_id is not None and (not isinstance(self.hub_id, str) or "/" not in self.hub_id):
-            raise ConfigError(f"{name}: hub_id must be 'owner/name', got {self.hub_id!r}")
-
-
-# ----------------------------------------------------------------------------- rows and fields
-
-@dataclass(frozen=True)
-class Row:
-    """One raw record and where it came from. `error` is set when it could not be parsed."""
-
-    data: Any
-    where: str  # "path:line", "path[item]" or "hub <id> (<config>, <split>) row <i>"
-    index: int  # position among the rows of its file (or hub split), from 0
-    origin: str  # the file's stem, or the hub split's name: the prefix of positional ids
-    error: str | None = None
-
-    def fail(self, message: str) -> DataError:
-        return DataError(f"{self.where}: {message}")
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def require(row: Row, key: str, kind: type | tuple[type, ...] = str, *, container: Any = None,
-            label: str | None = None, allow_empty: bool = False) -> Any:
-    """`row.data[key]` (or `container[key]`), checked to exist, have type `kind` and, for
-    strings and lists, not be empty; otherwise a `DataError` naming the place and the field."""
-    data = row.data if container is None else container
-    label = label or key
-    if not isinstance(data, Mapping):
-        raise row.fail(f"expected an object with field {label!r}, got {type(data).__name__} {_short(data)}")
-    if key not in data:
-        raise row.fail(f"missing field {label!r} (fields present: {sorted(map(str, data))[:15]})")
-    value = data[key]
-    if not isinstance(value, kind):
-        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise row.fail(f"field {label!r} must be {names}, got {type(value).__name__} {_short(value)}")
-    if not allow_empty and isinstance(value, (str, list, tuple)) and not (value.strip() if isinstance(value, str) else value):
-        raise row.fail(f"field {label!r} is empty")
-    return value
-
-
-# ----------------------------------------------------------------------------- readers
-
-def read_rows(path: Path) -> list[Row]:
-    """Rows of a .jsonl, .json (a list, one object, or JSON Lines), .csv (no header) or
-    .parquet file."""
-    suffix = path.suffix.lower()
-    readers = {".jsonl": read_jsonl, ".json": read_json, ".csv": read_csv, ".parquet": read_parquet}
-    if suffix not in readers:
-        raise DataError(f"{path}: unsupported file type {suffix!r}; expected one of {sorted(readers)}")
-    return readers[suffix](path)
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text (byte {error.start}): {error.reason}") from error
-
-
-def read_jsonl(path: Path) -> list[Row]:
-    """One JSON value per line; blank lines are ignored. A bad line becomes a Row with `error`."""
-    rows = []
-    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            rows.append(Row(json.loads(line), where, len(rows), path.stem))
-        except json.JSONDecodeError as error:
-            rows.append(Row(None, where, len(rows), path.stem, error=f"invalid JSON ({error.msg}, column {error.colno})"))
-    return rows
-
-
-def read_json(path: Path, key: str | None = None) -> list[Row]:
-    """A JSON list (one row per item), a single object (one row), or the list under `key` of
-    an object (TriviaQA's `Data`). A file of JSON Lines named .json is read as JSON Lines."""
-    text = _read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        if error.msg == "Extra data":
-            return read_jsonl(path)
-        raise DataError(f"{path}: invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from error
-    if key is not None:
-        if not isinstance(data, Mapping) or not isinstance(data.get(key), list):
-            raise DataError(f"{path}: expected a JSON object with a list under {key!r}, "
-                            f"got {type(data).__name__}{' with fields ' + str(sorted(data)[:10]) if isinstance(data, Mapping) else ''}")
-        data = data[key]
-    if isinstance(data, list):
-        return [Row(item, f"{path}[{i}]", i, path.stem) for i, item in enumerate(data)]
-    return [Row(data, str(path), 0, path.stem)]
-
-
-def read_csv(path: Path) -> list[Row]:
-    """A headerless CSV: each row is a list of strings; `where` is the record's first line."""
-    rows = []
-    try:
-        with path.open(encoding="utf-8", newline="") as handle:
-            reader = csv.reader(handle)
-            start = 1
-            for record in reader:
-                if record:
-                    rows.append(Row(record, f"{path}:{start}", len(rows), path.stem))
-                start = reader.line_num + 1
-    except (UnicodeDecodeError, csv.Error) as error:
-        raise DataError(f"{path}: cannot read as CSV: {error}") from error
-    return rows
-
-
-def read_parquet(path: Path) -> list[Row]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError as error:
-        raise DataError(f"{path}: reading Parquet files needs pyarrow: pip install pyarrow") from error
-    try:
-        items = pq.read_table(path).to_pylist()
-    except (OSError, ValueError) as error:  # pyarrow's errors derive from these
-        raise DataError(f"{path}: cannot read as Parquet: {error}") from error
-    return [Row(item, f"{path}, row {i}", i, path.stem) for i, item in enumerate(items)]
+        if self.hub_id is not None and (not isinstance(self.hub_id, str) or not self.hub_id.strip()):
+            raise ConfigError(f"{name}: hub_id must be a hub dataset id such as 'owner/name', got {self.hub_id!r}")
 
 
 # ----------------------------------------------------------------------------- files and hub
@@ -278,8 +162,10 @@ class DatasetSource:
     """A lazy `InstanceSource` over one split of a dataset.
 
     Construction only finds the files (so a missing file fails at `make()`); the rows are read
-    and converted on first use (`len`, `get`, `instances`) and cached, keyed by the files'
-    paths, sizes and modification times and by the config, so later `make()` calls are free.
+    and converted on first use (`len`, `get`, `instances`, i.e. the first `reset`) and cached,
+    keyed by the files' paths, sizes and modification times and by the config, so later `make()`
+    calls are free. Hub data is also loaded on first use. The cache keeps the last `CACHE_SIZE`
+    loaded datasets alive; `clear_cache()` frees them.
 
     Attributes:
         skipped: `(where, message)` for every row skipped under `on_error="skip"`.
@@ -288,7 +174,7 @@ class DatasetSource:
 
     dataset: ClassVar[str] = "dataset"
     default_hub_id: ClassVar[str] = ""
-    dedupe_ids: ClassVar[bool] = False  # False: a repeated instance id is an error
+    dedupe_ids: ClassVar[bool] = False  # False: a repeated instance id is an error; True: see row_key
 
     def __init__(self, config: DataConfig):
         self.config = config
@@ -296,12 +182,14 @@ class DatasetSource:
         if config.data_files is not None:
             self.files: tuple[Path, ...] | None = check_files(config.data_files, dataset=self.dataset, hint=self.hint())
         elif config.data_dir is not None:
-            self.files = find_files(config.data_dir, self.file_patterns(), dataset=self.dataset,
-                                    split=config.split, hint=self.hint())
+            self.files = self.locate_files(config.data_dir)
         else:
             self.files = None
-        self.origin = (f"files: {', '.join(map(str, self.files[:3]))}{' ...' if len(self.files) > 3 else ''}"
-                       if self.files is not None else f"hub: {self.hub_id} {self.hub_config() or ''} {self.hub_split()}")
+        if self.files is not None:
+            more = " ..." if len(self.files) > 3 else ""
+            self.origin = f"files: {', '.join(map(str, self.files[:3]))}{more}"
+        else:
+            self.origin = f"hub: {self.hub_id} {self.hub_config() or ''} {self.hub_split()}"
         self._instances: tuple[TaskInstance, ...] | None = None
         self.skipped: tuple[tuple[str, str], ...] = ()
 
@@ -309,6 +197,11 @@ class DatasetSource:
     def file_patterns(self) -> tuple[str, ...]:
         """Glob patterns, relative to `data_dir`, of the split's files; the first match wins."""
         raise NotImplementedError
+
+    def locate_files(self, data_dir: str) -> tuple[Path, ...]:
+        """The split's files under `data_dir` (default: the first of `file_patterns` that matches)."""
+        return find_files(data_dir, self.file_patterns(), dataset=self.dataset, split=self.config.split,
+                          hint=self.hint())
 
     def hub_config(self) -> str | None:
         return None
@@ -333,6 +226,12 @@ class DatasetSource:
     def loader_options(self) -> tuple[tuple[str, Any], ...]:
         """The loader's own knobs that change `to_instance` (part of the cache key)."""
         return ()
+
+    def row_key(self, row: Row) -> str | None:
+        """With `dedupe_ids`: the row's dataset id, read cheaply from the raw row. The k-th row
+        (in file order, k >= 2) with an id already seen gets the instance id `<id>#k`, so ids
+        stay the same whatever subset is selected."""
+        return None
 
     # ------------------------------------------------------------------ InstanceSource
     def __len__(self) -> int:
@@ -386,19 +285,18 @@ class DatasetSource:
         instances: list[TaskInstance] = []
         skipped: list[tuple[str, str]] = []
         first_seen: dict[str, str] = {}
-        repeats: dict[str, int] = {}
+        suffixes = self._repeat_suffixes(rows) if self.dedupe_ids else {}
         for i in order:
             if limit is not None and len(instances) >= limit:
                 break
             row = rows[int(i)]
             try:
                 instance = self._convert(row)
+                if int(i) in suffixes:
+                    instance = replace(instance, instance_id=instance.instance_id + suffixes[int(i)])
                 key = instance.instance_id
                 if key in first_seen:
-                    if not self.dedupe_ids:
-                        raise row.fail(f"duplicate instance id {key!r} (first at {first_seen[key]})")
-                    repeats[key] = repeats.get(key, 1) + 1
-                    instance = _with_id(instance, f"{key}#{repeats[key]}")
+                    raise row.fail(f"duplicate instance id {key!r} (first at {first_seen[key]})")
             except DataError as error:
                 if not skip:
                     raise
@@ -415,6 +313,17 @@ class DatasetSource:
                             f"({len(rows)} rows read, {len(skipped)} skipped)")
         return tuple(instances), tuple(skipped)
 
+    def _repeat_suffixes(self, rows: Sequence[Row]) -> dict[int, str]:
+        seen: dict[str, int] = {}
+        suffixes = {}
+        for position, row in enumerate(rows):
+            key = self.row_key(row) if row.error is None else None
+            if key is not None:
+                seen[key] = seen.get(key, 0) + 1
+                if seen[key] > 1:
+                    suffixes[position] = f"#{seen[key]}"
+        return suffixes
+
     def _convert(self, row: Row) -> TaskInstance:
         if row.error is not None:
             raise row.fail(row.error)
@@ -424,12 +333,6 @@ class DatasetSource:
             raise
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
             raise row.fail(f"malformed {self.dataset} row ({type(error).__name__}: {error})") from error
-
-
-def _with_id(instance: TaskInstance, instance_id: str) -> TaskInstance:
-    from dataclasses import replace
-
-    return replace(instance, instance_id=instance_id)
 
 
 def positional_id(row: Row) -> str:

@@ -6,8 +6,9 @@ Original (`hotpot_dev_distractor_v1.json`, `hotpot_train_v1.1.json`, or one obje
 Hub (`hotpotqa/hotpot_qa`, config `distractor`): `{"id", ..., "supporting_facts": {"title": [...],
 "sent_id": [...]}, "context": {"title": [...], "sentences": [[...], ...]}}`.
 
-Each context paragraph becomes one `Evidence` (title + its sentences joined), supporting when
-its title is among the supporting facts' titles. Instance ids are the dataset's ids.
+Each context paragraph becomes one `Evidence` (title + its sentences, stripped and joined by one
+space; a paragraph without text is left out), supporting when its title is among the supporting
+facts' titles. Instance ids are the dataset's ids (as strings: some copies number their rows).
 """
 
 from __future__ import annotations
@@ -65,9 +66,11 @@ def supporting_titles(row: Row) -> list[str]:
 
 def multihop_instance(row: Row, *, first_sentence_only: bool, dataset: str) -> TaskInstance:
     """The HotpotQA/2Wiki row shape as a TaskInstance (shared with the 2Wiki loader)."""
-    instance_id = row.data.get("_id", row.data.get("id")) if isinstance(row.data, dict) else None
-    if not isinstance(instance_id, str) or not instance_id:
-        raise row.fail("missing field '_id' (original) or 'id' (hub format)")
+    key = "_id" if isinstance(row.data, dict) and "_id" in row.data else "id"
+    instance_id = require(row, key, (str, int))  # some copies number their rows: ids become strings
+    if isinstance(instance_id, bool):
+        raise row.fail(f"field {key!r} must be a string or an int, got {instance_id!r}")
+    instance_id = str(instance_id)
     question = require(row, "question").strip()
     answer = require(row, "answer").strip()
     support = supporting_titles(row)

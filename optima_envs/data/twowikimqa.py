@@ -30,8 +30,8 @@ SPLIT_PATTERNS = {
 
 
 def evidence_triples(row: Row) -> tuple[tuple[str, str, str], ...]:
-    """`evidences` as (subject, relation, object) triples; absent or malformed -> a DataError
-    only when present and malformed (the field is optional for our use)."""
+    """`evidences` as (subject, relation, object) triples: empty when the field is absent (it
+    is optional for our use), a DataError when it is malformed."""
     raw = row.data.get("evidences")
     if raw is None:
         return ()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 from types import TracebackType
@@ -27,6 +28,11 @@ MEMORY_LIMIT_BYTES = 4 * 1024**3  # a runaway expression fails with MemoryError,
 def _send(out: IO[bytes], message: dict[str, Any]) -> None:
     out.write(json.dumps(message).encode() + b"\n")
     out.flush()
+
+
+# "5,\!525" and "5{,}525" are LaTeX thousands separators (MATH writes them); math-verify
+# would read the comma as a tuple separator.
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:,\\!|\{,\})(?=\d)")
 
 
 def _limit_memory() -> None:
@@ -48,6 +54,7 @@ def _serve(out: IO[bytes]) -> None:
     config = (LatexExtractionConfig(), ExprExtractionConfig())
 
     def parsed(answer: str) -> list[Any] | None:
+        answer = _LATEX_THOUSANDS.sub("", answer)
         # Wrapping the bare answer in \boxed{} makes math-verify read it as one LaTeX answer.
         result = parse("\\boxed{" + answer + "}", extraction_config=config, parsing_timeout=None)
         return result if any(isinstance(r, (Basic, MatrixBase)) for r in result) else None

@@ -147,32 +147,36 @@ _CHOICE_LABEL = re.compile(r"[(\[]?([A-Za-z]|\d+)(?:[)\]]|[.:]|(?=\s)|\Z)")
 
 
 def _designated(prediction: str, options: Mapping[str, str]) -> set[str]:
-    """The option labels a prediction points to: by its whole text, else by its label plus
-    any option whose text follows the label."""
+    """The option labels a prediction points to: a bare label first ("C" is label C even when
+    an option's text is "c"), else its whole text, else its label plus any option whose text
+    follows the label."""
     by_text: dict[str, set[str]] = {}
     for key, text in options.items():
         by_text.setdefault(normalize_answer(text), set()).add(key)
     by_text.pop("", None)
-    whole = normalize_answer(prediction)
-    if whole in by_text:
-        return by_text[whole]
     text = prediction.strip().strip("*").strip()
     lead = _CHOICE_LEAD.match(text)
     if lead is not None:
         text = text[lead.end():]
     label = _CHOICE_LABEL.match(text)
     by_key = {key.strip().casefold(): key for key in options}
-    if label is None or label.group(1).casefold() not in by_key:
+    label_key = by_key.get(label.group(1).casefold()) if label is not None else None
+    rest = text[label.end():].strip() if label is not None else text
+    if label_key is not None and not rest:
+        return {label_key}
+    whole = normalize_answer(prediction)
+    if whole in by_text:
+        return by_text[whole]
+    if label_key is None:
         return set()
-    chosen = {by_key[label.group(1).casefold()]}
-    return chosen | by_text.get(normalize_answer(text[label.end():]), set())
+    return {label_key} | by_text.get(normalize_answer(rest), set())
 
 
 def choice_match(prediction: str, gold_label: str, options: Mapping[str, str]) -> float:
     """1.0 if the prediction designates exactly the gold option, by label or by option text.
 
-    Accepted: the option text alone (normalised match, checked first), or the label in any
-    case with common wrappers ("B", "b", "(B)", "B)", "B.", "Option B", "The answer is (B)"),
+    Accepted: a bare label (checked first, so "C" means label C even if some option's text is
+    "c"), the option text alone (normalised match), or the label in any case with common wrappers ("B", "b", "(B)", "B)", "B.", "Option B", "The answer is (B)"),
     possibly followed by text ("(B) Paris"). A prediction that designates no option, or more
     than one (a label followed by another option's text), is wrong: 0.0.
 

@@ -95,3 +95,9 @@ class TestMathEquivalent:
         with pytest.raises(ModuleNotFoundError, match=re.escape(
                 "pip install 'math-verify[antlr4_13_2]'")):
             math_equivalent("1", "2")
+
+
+class TestLatexThousands:
+    def test_thousands_separators_in_gold(self) -> None:
+        assert math_equivalent("\\frac{12}{5525}", "\\frac{12}{5,\\!525}") == 1.0
+        assert math_equivalent("5525", "5{,}525") == 1.0

@@ -199,3 +199,22 @@ class TestWordMatch:
         with pytest.raises(ScoringError, match=re.escape(
                 "word_match: the gold word 'prince' is not among the candidates")):
             word_match("king", "prince", self.CANDIDATES)
+
+
+class TestChoiceBareLabelFirst:
+    """Options whose text looks like a label (MMLU college_physics, formal_logic; ARC Mercury_402547)."""
+
+    OPTIONS = {"A": "2c", "B": "c", "C": "0.8c", "D": "0.5c"}
+
+    def test_bare_label_wins_over_option_text(self) -> None:
+        assert choice_match("C", "C", self.OPTIONS) == 1.0
+        assert choice_match("(C)", "C", self.OPTIONS) == 1.0
+
+    def test_option_text_still_accepted(self) -> None:
+        assert choice_match("0.8c", "C", self.OPTIONS) == 1.0
+        assert choice_match("(B) c", "B", self.OPTIONS) == 1.0
+
+    def test_punctuation_only_text_is_not_a_label(self) -> None:
+        options = {"A": "A", "B": "~~C", "C": "B", "D": "~B"}
+        assert choice_match("C", "C", options) == 1.0
+        assert choice_match("~~C", "B", options) == 1.0
