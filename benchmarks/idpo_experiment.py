@@ -1,0 +1,291 @@
+"""The iDPO / iSFT-DPO experiment: SmolLM2-135M on synth-hop-ia, one full iteration of each.
+
+What it runs (each method in its own run directory, resumable):
+  idpo      one iDPO iteration from `--start-model` (default: the iSFT experiment's iteration-0
+            checkpoint when it exists, else the base model): MCTS on the training questions, pair
+            extraction, DPO + NLL (LoRA, merged), held-out evaluation (plus the starting model's).
+  isft-dpo  one iSFT-DPO cycle from the base model: an iSFT iteration, then an iDPO iteration
+            from its checkpoint, each evaluated on the held-out set.
+
+The held-out set is the iSFT experiment's: task, split, first index, episode count, seeds, turn
+limit and token limit are read from `configs/isft/synth_hop.yaml`, so the figures are comparable.
+
+Reported per method (benchmarks/results/idpo_synth_hop.json): pair statistics (pairs per tree,
+chosen-rejected value gap, tokens of chosen vs rejected), the time of MCTS, training and
+evaluation, held-out score and tokens (with 95% CIs) before and after, and, for `--preset smoke`,
+a calibrated policy call (64 rows at the full token limit) and the projected wall time of the
+full preset on this machine (see `projection`).
+
+    python benchmarks/idpo_experiment.py --preset smoke        # a few minutes, end to end
+    python benchmarks/idpo_experiment.py                       # the experiment (~1 h per method)
+    python benchmarks/idpo_experiment.py --methods idpo --start-model runs/isft/synth_hop/iter_000/training/checkpoint
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._results import write_result  # noqa: E402
+
+NAME = "idpo_synth_hop"
+ISFT_CONFIG = ROOT / "configs" / "isft" / "synth_hop.yaml"
+IDPO_CONFIG = ROOT / "configs" / "idpo" / "synth_hop.yaml"
+ISFT_DPO_CONFIG = ROOT / "configs" / "isft_dpo" / "synth_hop.yaml"
+ISFT_CHECKPOINT = ROOT / "runs" / "isft" / "synth_hop" / "iter_000" / "training" / "checkpoint"
+
+# Sizes. "full" is sized to about an hour per method on this 2-core CPU (see the projection a
+# smoke run writes); "smoke" runs every step end to end in minutes.
+# The smoke preset also relaxes the data thresholds (any sibling pair with a gap, any selected
+# dialogue), so that every step, DPO and SFT training included, runs even when the base model
+# answers nothing right in a handful of questions; its figures check the pipeline, not the method.
+PRESETS: dict[str, dict[str, Any]] = {
+    "full": {"trees": 24, "mcts_iterations": 8, "rollouts": 3, "isft_questions": 32, "isft_samples": 10,
+             "eval_episodes": None, "max_new_tokens": None, "max_turns": None, "dpo_epochs": 1, "sft_epochs": 1,
+             "relaxed": []},
+    "smoke": {"trees": 4, "mcts_iterations": 3, "rollouts": 2, "isft_questions": 4, "isft_samples": 4,
+              "eval_episodes": 8, "max_new_tokens": 48, "max_turns": 4, "dpo_epochs": 1, "sft_epochs": 1,
+              "relaxed": ["pairs.min_chosen_value=-10", "selection.min_score=null"]},
+}
+
+
+def heldout(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The iSFT experiment's held-out settings (task, evaluation, seeds, limits)."""
+    from optima_train.config_io import load_config
+    from optima_train.isft import ISFTConfig
+
+    isft = load_config(ISFTConfig, ISFT_CONFIG)
+    return {
+        "env_id": isft.task.env_id, "env_kwargs": isft.task.env_kwargs, "eval_env_kwargs": isft.task.eval_env_kwargs,
+        "train_env_kwargs": isft.task.train_env_kwargs, "eval_first_index": isft.task.eval_first_index,
+        "episodes": overrides["eval_episodes"] or isft.eval.episodes, "seed": isft.run.seed,
+        "max_turns": overrides["max_turns"] or isft.generation.max_turns,
+        "max_new_tokens": overrides["max_new_tokens"] or isft.eval.max_new_tokens or isft.generation.max_new_tokens,
+    }
+
+
+def _common(p: dict[str, Any], h: dict[str, Any], threads: int | None) -> list[str]:
+    return [
+        f"task.env_id={h['env_id']}", f"task.env_kwargs={json.dumps(h['env_kwargs'])}",
+        f"task.train_env_kwargs={json.dumps(h['train_env_kwargs'])}",
+        f"task.eval_env_kwargs={json.dumps(h['eval_env_kwargs'])}", f"task.eval_first_index={h['eval_first_index']}",
+        f"eval.episodes={h['episodes']}", f"eval.max_new_tokens={h['max_new_tokens']}", f"run.seed={h['seed']}",
+        f"search.max_turns={h['max_turns']}", f"mcts.iterations={p['mcts_iterations']}",
+        f"mcts.rollouts_per_expansion={p['rollouts']}", f"mcts.max_new_tokens={h['max_new_tokens']}",
+        f"run.num_threads={threads if threads else 'null'}", "run.progress=false",
+    ]
+
+
+def _relaxed(p: dict[str, Any], method: str) -> list[str]:
+    return [o for o in p["relaxed"] if method == "isft-dpo" or not o.startswith("selection.")]
+
+
+def idpo_config(p: dict[str, Any], h: dict[str, Any], start: str, out: Path, threads: int | None) -> Any:
+    from optima_train.config_io import load_config
+    from optima_train.idpo import IDPOConfig
+
+    return load_config(IDPOConfig, IDPO_CONFIG, [
+        *_common(p, h, threads), f"model.name={start}", f"task.train_questions={p['trees']}",
+        f"train.num_train_epochs={p['dpo_epochs']}", "run.iterations=1", f"run.output_dir={out}",
+        "eval.baseline=true", *_relaxed(p, "idpo"),
+    ])
+
+
+def isft_dpo_config(p: dict[str, Any], h: dict[str, Any], out: Path, threads: int | None) -> Any:
+    from optima_train.config_io import load_config
+    from optima_train.isft_dpo import ISFTDPOConfig
+
+    return load_config(ISFTDPOConfig, ISFT_DPO_CONFIG, [
+        *_common(p, h, threads), "model.name=smollm2-135m", f"task.train_questions={p['isft_questions']}",
+        f"generation.samples_per_question={p['isft_samples']}", f"generation.max_turns={h['max_turns']}",
+        f"generation.max_new_tokens={h['max_new_tokens']}", f"search.questions={p['trees']}",
+        f"sft.num_train_epochs={p['sft_epochs']}", f"dpo.num_train_epochs={p['dpo_epochs']}",
+        "cycles.count=1", f"run.output_dir={out}", "eval.baseline=true", *_relaxed(p, "isft-dpo"),
+    ])
+
+
+# ---------------------------------------------------------------------- reading a finished run
+def _done(folder: Path) -> dict[str, Any]:
+    path = folder / "DONE.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _eval(folder: Path) -> dict[str, Any] | None:
+    d = _done(folder)
+    if not d:
+        return None
+    return {"score": d["score"], "tokens": d["tokens"], "episodes": d["episodes"], "excluded": d["excluded"],
+            "end_reasons": d["end_reasons"], "mean_turns": d["mean_turns"], "model": d["model"]}
+
+
+def idpo_report(run: Path) -> dict[str, Any]:
+    it = run / "iter_000"
+    search = json.loads((it / "search" / "search.json").read_text())
+    s_done, t_done, e_done = _done(it / "search"), _done(it / "training"), _done(it / "evaluation")
+    s = search["search"]
+    return {
+        "start_model": search["model"],
+        "pairs": search["pairs"],
+        "search": {k: s[k] for k in ("iterations", "policy_calls", "turn_requests", "rollouts", "dropped_rollouts",
+                                     "merges", "generate_s", "reward_s")},
+        "max_tokens": search["max_tokens"],
+        "training": {k: t_done.get(k) for k in ("pairs", "steps", "train_loss", "reward_accuracy", "reward_margin",
+                                                "trainable_parameters", "reference", "skipped")},
+        "seconds": {"mcts": s_done.get("seconds"), "training": t_done.get("seconds"),
+                    "evaluation": e_done.get("seconds"), "baseline_evaluation": _done(run / "baseline" / "evaluation").get("seconds")},
+        "heldout_before": _eval(run / "baseline" / "evaluation"),
+        "heldout_after": _eval(it / "evaluation"),
+    }
+
+
+def isft_dpo_report(run: Path) -> dict[str, Any]:
+    isft = run / "cycle_000" / "isft"
+    it = isft / "iter_000"
+    steps = {s: _done(it / s) for s in ("generation", "scoring", "selection", "training", "evaluation")}
+    return {
+        "isft": {
+            "dialogues": steps["generation"].get("episodes"),
+            "selected": steps["selection"].get("selected"), "examples": steps["selection"].get("examples"),
+            "train_loss": steps["training"].get("train_loss"),
+            "seconds": {k: v.get("seconds") for k, v in steps.items()},
+            "heldout_after": _eval(it / "evaluation"),
+        },
+        "idpo": idpo_report(run / "cycle_000" / "idpo"),
+        "heldout_before": _eval(isft / "baseline" / "evaluation"),
+    }
+
+
+# ---------------------------------------------------------------------- projection
+def calibrate(h: dict[str, Any], rows: int, threads: int | None) -> dict[str, Any]:
+    """Time one sampled policy call of `rows` first turns at the full token limit: the unit of
+    almost all generation cost (search, evaluation and iSFT sampling are all such calls)."""
+    import torch
+
+    import optima_envs
+    from optima_agents.policies import HFPolicy, SamplingParams, TurnRequest
+
+    if threads:
+        torch.set_num_threads(threads)
+    env = optima_envs.make(h["env_id"], **{**h["env_kwargs"], **h["train_env_kwargs"]}, max_turns=h["max_turns"])
+    requests = []
+    for i in range(rows):
+        obs, _ = env.reset(seed=i, options={"index": i})
+        requests.append(TurnRequest("alice", obs["alice"], seed=i))
+    policy = HFPolicy("smollm2-135m", sampling=SamplingParams(temperature=0.7, max_new_tokens=h["max_new_tokens"]),
+                      batch_size=64)
+    t0 = time.perf_counter()
+    actions = policy.act(requests)
+    seconds = time.perf_counter() - t0
+    generated = sum(a.meta.get("generated_tokens", len(a.token_ids)) for a in actions)
+    return {"rows": rows, "max_new_tokens": h["max_new_tokens"], "seconds": round(seconds, 2),
+            "generated_tokens": generated, "tokens_per_s": round(generated / seconds, 1)}
+
+
+def projection(method: str, report: dict[str, Any], smoke: dict[str, Any], full: dict[str, Any],
+               h_smoke: dict[str, Any], h_full: dict[str, Any], call: dict[str, Any]) -> dict[str, Any]:
+    """Full-preset wall time on this machine, from the smoke run and one calibrated policy call.
+
+    Generation (MCTS, evaluation, iSFT sampling) = policy calls x the calibrated time of a call
+    of 64 rows at the full token limit (`call`), scaled by rows / 64 once rows exceed 64 (the
+    backend chunks by 64). MCTS makes about `max_turns` calls per search iteration (the smoke
+    run's calls per iteration, scaled by the turn limits); evaluation and iSFT sampling
+    `max_turns` calls per chunk. DPO and SFT scale from the smoke run's seconds per pair /
+    example. An upper bound: late calls of a round carry fewer rows (rollouts end early).
+    """
+    per_call = call["seconds"]
+
+    def gen(rows: int, calls: float) -> float:
+        return calls * per_call * max(1.0, rows / 64)
+
+    r = report["idpo"] if method == "isft-dpo" else report
+    turns = h_full["max_turns"] / h_smoke["max_turns"]
+    calls_per_iteration = r["search"]["policy_calls"] / max(1, r["search"]["iterations"]) * turns
+    mcts = gen(full["trees"] * full["rollouts"], full["mcts_iterations"] * calls_per_iteration)
+    pairs_per_tree = (r["pairs"]["kept_pairs"] or 0) / smoke["trees"] * (
+        full["mcts_iterations"] * full["rollouts"] / (smoke["mcts_iterations"] * smoke["rollouts"]))
+    per_pair = (r["seconds"]["training"] or 0) / max(1, r["training"]["pairs"] or 0)
+    out = {
+        "mcts_s": mcts,
+        "reward_s": (r["search"]["reward_s"] or 0) * full["trees"] * full["mcts_iterations"] * full["rollouts"]
+        / (smoke["trees"] * smoke["mcts_iterations"] * smoke["rollouts"]),
+        "dpo_training_s": per_pair * pairs_per_tree * full["trees"] * (h_full["max_new_tokens"] / h_smoke["max_new_tokens"]),
+        "evaluation_s": gen(h_full["episodes"], h_full["max_turns"]),
+        "baseline_evaluation_s": gen(h_full["episodes"], h_full["max_turns"]),
+    }
+    if method == "isft-dpo":
+        i = report["isft"]
+        per_example = (i["seconds"]["training"] or 0) / max(1, i["examples"] or 0)
+        dialogues = full["isft_questions"] * full["isft_samples"]
+        out["isft_sampling_s"] = gen(dialogues, h_full["max_turns"])
+        out["isft_scoring_s"] = (i["seconds"]["scoring"] or 0) * dialogues / (smoke["isft_questions"] * smoke["isft_samples"])
+        out["isft_training_s"] = per_example * 2 * full["isft_questions"] * 0.7
+        out["isft_evaluation_s"] = gen(h_full["episodes"], h_full["max_turns"])
+    out = {k: round(v, 1) for k, v in out.items()}
+    out["total_s"] = round(sum(out.values()), 1)
+    out["total_h"] = round(out["total_s"] / 3600, 2)
+    out["assumed"] = {"seconds_per_64_row_call": per_call, "mcts_calls_per_iteration": round(calls_per_iteration, 2),
+                      "kept_pairs_per_tree": round(pairs_per_tree, 2), "dpo_seconds_per_pair": round(per_pair, 2)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    parser.add_argument("--methods", default="idpo,isft-dpo")
+    parser.add_argument("--start-model", default=None, help="iDPO's starting model (default: see the module doc).")
+    parser.add_argument("--runs", default=str(ROOT / "runs" / "bench"), help="Where the run directories go.")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU).")
+    parser.add_argument("--resume", action="store_true", help="Resume existing run directories instead of wiping.")
+    args = parser.parse_args()
+
+    from optima_train.idpo import IDPOTrainer
+    from optima_train.isft_dpo import ISFTDPOTrainer
+
+    preset = PRESETS[args.preset]
+    h = heldout(preset)
+    start = args.start_model or (str(ISFT_CHECKPOINT) if ISFT_CHECKPOINT.is_dir() else "smollm2-135m")
+    load_before = os.getloadavg()
+    results: dict[str, Any] = {}
+    call = calibrate(heldout(PRESETS["full"]), 64, args.threads) if args.preset == "smoke" else None
+    for method in [m.strip() for m in args.methods.split(",") if m.strip()]:
+        out = Path(args.runs) / f"{method}_synth_hop_{args.preset}"
+        if out.exists() and not args.resume:
+            shutil.rmtree(out)
+        t0 = time.perf_counter()
+        if method == "idpo":
+            cfg = idpo_config(preset, h, start, out, args.threads)
+            IDPOTrainer(cfg).train()
+            report = idpo_report(out)
+        elif method == "isft-dpo":
+            cfg = isft_dpo_config(preset, h, out, args.threads)
+            ISFTDPOTrainer(cfg).train()
+            report = isft_dpo_report(out)
+        else:
+            raise SystemExit(f"unknown method {method!r}; use idpo and/or isft-dpo")
+        report["wall_s"] = round(time.perf_counter() - t0, 1)
+        report["run_dir"] = str(out)
+        if args.preset == "smoke":
+            h_full = heldout(PRESETS["full"])
+            report["projected_full"] = projection(method, report, preset, PRESETS["full"], h, h_full, call)
+        results[method] = report
+        print(json.dumps({method: report}, indent=2, default=str))
+    path = Path(__file__).resolve().parent / "results" / f"{NAME}.json"
+    previous = json.loads(path.read_text()) if path.is_file() else {}
+    runs = dict(previous.get("runs", {}))
+    runs[args.preset] = {"preset": preset, "heldout": h, "start_model": start, "methods": results, "calibration": call,
+                         "load_average": {"before": load_before, "after": os.getloadavg()},
+                         "torch_threads": args.threads}
+    print("wrote", write_result(NAME, {"task": "synth-hop-ia", "model": "smollm2-135m", "runs": runs}))
+
+
+if __name__ == "__main__":
+    main()

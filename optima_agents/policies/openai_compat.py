@@ -1,0 +1,331 @@
+"""`OpenAIPolicy`: any OpenAI-compatible chat-completions server (vLLM, SGLang, llama.cpp, ...).
+
+Each request becomes one `POST {base_url}/chat/completions` with the agent's chat messages
+(`chat.chat_messages`, the same view every backend uses; the server applies the model's chat
+template). Requests of one `act` call run concurrently on a thread pool and are spread over
+the base URLs by least in-flight requests (ties: round robin), so several replicas share the
+work and the server's own batching sees many requests at once.
+
+Failures are infrastructure, never answers: connection errors, timeouts, HTTP 408/429/5xx
+and malformed replies are retried with exponential backoff (honouring `Retry-After`, and moving
+to another base URL when there is one); after `max_retries` the request becomes
+`Action(finish_reason="error", error=...)`, which the rollout engine records as an infra
+failure (no score). Other 4xx answers (a bad request, an unknown model) are not retried.
+
+Token ids: requests set `"return_token_ids": true`; vLLM (0.32: `ChatCompletionResponseChoice
+.token_ids`, and `prompt_token_ids` on the response) then returns the generated ids, which go
+through `chat.clean_output` like every backend's. A server that returns no ids: with a
+tokenizer, the text is encoded with it (`meta["token_ids_source"] == "tokenizer"`); without
+one, the action carries no ids and the env counts tokens itself (`"none"`).
+
+httpx (a vLLM dependency; `pip install httpx` otherwise) with one pooled client per base URL;
+its clients are thread-safe.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import secrets
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, chat_messages, clean_output, encode_text
+from optima_agents.policies.base import Action, SamplingParams, TurnRequest
+
+__all__ = ["OpenAIPolicy"]
+
+_RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+_MAX_RETRY_AFTER_S = 60.0
+
+
+class _Retryable(Exception):
+    """An attempt failed in a way worth retrying (connection, timeout, 429/5xx, bad body)."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class _Fatal(Exception):
+    """An attempt failed in a way retrying cannot fix (a 4xx other than 408/425/429)."""
+
+
+class OpenAIPolicy:
+    """Chat completions from one or more OpenAI-compatible servers, as a batched policy.
+
+    Args:
+        model (str): the model name the servers serve (`--served-model-name`). When it is also
+            a registry name or a local folder, its tokenizer is loaded (see `tokenizer`).
+        base_urls (list of str): e.g. `["http://127.0.0.1:8000/v1"]`; several for replicas.
+        sampling (SamplingParams, *optional*): temperature 0 is greedy.
+        timeout_s (float, *optional*, defaults to 60): per attempt (connect, read, write).
+        max_retries (int, *optional*, defaults to 3): retries after the first attempt.
+        backoff_s (float, *optional*, defaults to 0.5): first retry delay; doubles each retry
+            (plus up to 25% jitter), or the server's `Retry-After` when longer (capped at 60 s).
+        api_key (str, *optional*): sent as `Authorization: Bearer ...`.
+        concurrency (int, *optional*, defaults to 64): the most requests in flight at once.
+        tokenizer (*optional*, defaults to `"auto"`): a Hugging Face tokenizer, used to decode
+            and canonicalise returned ids and to count tokens when a server returns none.
+            `"auto"` loads it when `model` resolves to a local folder or registry name, else None.
+        chat_format (ChatFormat, *optional*): how transcripts become chat messages.
+        extra_body (dict, *optional*): more JSON fields for every request.
+
+    Raises:
+        ValueError: no base URLs, or a bad option value.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_urls: Sequence[str],
+        sampling: SamplingParams = SamplingParams(),
+        timeout_s: float = 60.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        api_key: str | None = None,
+        concurrency: int = 64,
+        tokenizer: Any = "auto",
+        chat_format: ChatFormat = DEFAULT_CHAT_FORMAT,
+        extra_body: Mapping[str, Any] | None = None,
+    ):
+        if isinstance(base_urls, str) or not base_urls:
+            raise ValueError(f"OpenAIPolicy needs a non-empty list of base_urls, got {base_urls!r}")
+        if timeout_s <= 0 or max_retries < 0 or backoff_s < 0 or concurrency < 1:
+            raise ValueError(
+                f"OpenAIPolicy needs timeout_s > 0, max_retries >= 0, backoff_s >= 0 and concurrency >= 1; "
+                f"got {timeout_s}, {max_retries}, {backoff_s}, {concurrency}"
+            )
+        import httpx
+
+        self.model = model
+        self.base_urls = [u.rstrip("/") for u in base_urls]
+        self.sampling = sampling
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.concurrency = concurrency
+        self.chat_format = chat_format
+        self.extra_body = dict(extra_body or {})
+        self.tokenizer = _load_tokenizer(model) if tokenizer == "auto" else tokenizer
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        self._clients = [httpx.Client(base_url=u, headers=headers, timeout=httpx.Timeout(timeout_s), limits=limits)
+                         for u in self.base_urls]
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai-policy")
+        self._lock = threading.Lock()
+        self._in_flight = [0] * len(self.base_urls)
+        self._turn = itertools.count()
+        self._calls = 0
+        self._rng = random.Random(secrets.randbits(64))
+
+    # ------------------------------------------------------------------ Policy
+    def act(self, requests: Sequence[TurnRequest]) -> list[Action]:
+        """One action per request, in order; requests run concurrently over the base URLs."""
+        if not requests:
+            return []
+        self._calls += 1
+        seeds = [self._row_seed(r.seed, i) for i, r in enumerate(requests)]
+        return list(self._pool.map(self._one, requests, seeds))
+
+    def identity(self) -> dict[str, Any]:
+        """Backend, served model, base URLs, sampling and chat format."""
+        return {
+            "backend": "openai",
+            "model": self.model,
+            "model_path": getattr(self.tokenizer, "name_or_path", None),
+            "revision": None,
+            "dtype": None,
+            "base_urls": list(self.base_urls),
+            "sampling": self.sampling.to_dict(),
+            "chat_format": self.chat_format.to_dict(),
+        }
+
+    def with_sampling(self, sampling: SamplingParams) -> "OpenAIPolicy":
+        """A new policy for the same servers and tokenizer with other sampling settings."""
+        other = object.__new__(OpenAIPolicy)
+        other.__dict__.update(self.__dict__)
+        other.sampling = sampling
+        other._calls = 0
+        return other
+
+    def close(self) -> None:
+        """Close the HTTP clients and the thread pool (shared with `with_sampling` copies)."""
+        self._pool.shutdown(wait=True)
+        for client in self._clients:
+            client.close()
+
+    def __enter__(self) -> "OpenAIPolicy":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ one request
+    def _body(self, request: TurnRequest, seed: int) -> dict[str, Any]:
+        sp = self.sampling
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": chat_messages(request.observation, self.chat_format),
+            "max_tokens": sp.max_new_tokens,
+            "temperature": sp.temperature,
+            "top_p": sp.top_p,
+            "seed": seed,
+            "n": 1,
+            "return_token_ids": True,
+        }
+        if sp.stop:
+            body["stop"] = list(sp.stop)
+        body.update(self.extra_body)
+        return body
+
+    def _one(self, request: TurnRequest, seed: int) -> Action:
+        body = self._body(request, seed)
+        errors: list[str] = []
+        avoid: int | None = None
+        for attempt in range(self.max_retries + 1):
+            index = self._acquire(avoid)
+            url = self.base_urls[index]
+            try:
+                data = self._post(index, body)
+                return self._to_action(data, seed, attempts=attempt + 1, url=url)
+            except _Fatal as exc:
+                errors.append(f"{url}: {exc}")
+                break
+            except _Retryable as exc:
+                errors.append(f"{url}: {exc}")
+                avoid = index if len(self.base_urls) > 1 else None
+                if attempt < self.max_retries:
+                    time.sleep(self._delay(attempt, exc.retry_after_s))
+            finally:
+                self._release(index)
+        tries = len(errors)
+        return Action(
+            text="", finish_reason="error",
+            error=f"request failed after {tries} attempt{'s' if tries != 1 else ''}: " + " | ".join(errors[-3:]),
+            meta={"attempts": tries, "seed": seed},
+        )
+
+    def _post(self, index: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        import httpx
+
+        try:
+            response = self._clients[index].post("/chat/completions", json=body)
+        except httpx.TimeoutException as exc:
+            raise _Retryable(f"timed out after {self.timeout_s} s ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code in _RETRY_STATUS:
+            raise _Retryable(f"HTTP {response.status_code}: {response.text[:200]}",
+                             _retry_after(response.headers.get("retry-after")))
+        if response.status_code >= 400:
+            raise _Fatal(f"HTTP {response.status_code}: {response.text[:300]}")
+        try:
+            data = response.json()
+            data["choices"][0]["message"]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise _Retryable(f"malformed response ({type(exc).__name__}): {response.text[:200]!r}") from exc
+        return data
+
+    def _to_action(self, data: Mapping[str, Any], seed: int, *, attempts: int, url: str) -> Action:
+        choice = data["choices"][0]
+        text = choice["message"].get("content") or ""
+        ids = choice.get("token_ids")
+        prompt_ids = data.get("prompt_token_ids")
+        usage = data.get("usage") or {}
+        prompt_tokens = len(prompt_ids) if prompt_ids else int(usage.get("prompt_tokens") or 0)
+        meta: dict[str, Any] = {"seed": seed, "attempts": attempts, "base_url": url,
+                                "server_finish_reason": choice.get("finish_reason")}
+        sp = self.sampling
+        if ids is not None and self.tokenizer is not None:
+            cleaned = clean_output(self.tokenizer, ids, max_new_tokens=sp.max_new_tokens, stop=sp.stop,
+                                   stop_token_ids=_stop_ids(self.tokenizer))
+            meta.update(generated_tokens=cleaned.generated_tokens, reencoded=cleaned.reencoded, token_ids_source="server")
+            return Action(text=cleaned.text, token_ids=cleaned.token_ids, finish_reason=cleaned.finish_reason,
+                          prompt_tokens=prompt_tokens, meta=meta)
+        text = _cut_at_stop(text, sp.stop).strip()
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        if ids is not None:  # ids but no tokenizer: keep the server's ids as they are
+            ids = [int(i) for i in ids]
+            meta.update(generated_tokens=len(ids), token_ids_source="server")
+            return Action(text=text, token_ids=tuple(ids), finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)
+        if self.tokenizer is not None:
+            token_ids = tuple(encode_text(self.tokenizer, text)) if text else ()
+            meta.update(generated_tokens=int(usage.get("completion_tokens") or len(token_ids)), token_ids_source="tokenizer")
+            return Action(text=text, token_ids=token_ids, finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)
+        meta.update(generated_tokens=int(usage.get("completion_tokens") or 0), token_ids_source="none")
+        return Action(text=text, finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)
+
+    # ------------------------------------------------------------------ routing, seeds, backoff
+    def _acquire(self, avoid: int | None) -> int:
+        """The base URL with the fewest requests in flight (round robin among ties), not `avoid`."""
+        with self._lock:
+            start = next(self._turn)
+            order = [(start + k) % len(self.base_urls) for k in range(len(self.base_urls))]
+            candidates = [i for i in order if i != avoid] or order
+            index = min(candidates, key=lambda i: self._in_flight[i])
+            self._in_flight[index] += 1
+            return index
+
+    def _release(self, index: int) -> None:
+        with self._lock:
+            self._in_flight[index] -= 1
+
+    def _delay(self, attempt: int, retry_after_s: float | None) -> float:
+        delay = self.backoff_s * (2**attempt) * (1 + 0.25 * self._rng.random())
+        if retry_after_s is not None:
+            delay = max(delay, min(retry_after_s, _MAX_RETRY_AFTER_S))
+        return delay
+
+    def _row_seed(self, request_seed: int | None, row: int) -> int:
+        """Same derivation as `HFPolicy`: request seed (and `SamplingParams.seed`), else per call.
+
+        Kept below 2**63 (servers parse `seed` as a signed 64-bit integer).
+        """
+        base = self.sampling.seed
+        if request_seed is not None:
+            parts = [request_seed] if base is None else [base, request_seed]
+        elif base is not None:
+            parts = [base, self._calls, row]
+        else:
+            return secrets.randbits(63)
+        return int(np.random.SeedSequence([int(p) % 2**63 for p in parts]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def _load_tokenizer(model: str) -> Any:
+    """The tokenizer of a registry model or local folder named `model`; None for anything else."""
+    from pathlib import Path
+
+    from optima_agents.models import MODEL_REGISTRY, resolve_model
+
+    if model.lower() not in MODEL_REGISTRY and not Path(model).expanduser().is_dir():
+        return None
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return None
+    return AutoTokenizer.from_pretrained(resolve_model(model))
+
+
+def _stop_ids(tokenizer: Any) -> list[int]:
+    return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+
+
+def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    hits = [text.find(s) for s in stop if s and s in text]
+    return text[: min(hits)] if hits else text
+
+
+def _retry_after(value: str | None) -> float | None:
+    """`Retry-After` in seconds (the delta-seconds form; an HTTP date is ignored)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None

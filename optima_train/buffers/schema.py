@@ -1,0 +1,158 @@
+"""The episode buffer's table schema (version 1): one row per `EpisodeRecord`.
+
+Columns (nullable unless noted):
+
+- `schema_version` (int16, not null): this schema's version, `SCHEMA_VERSION`.
+- `env_id` (string, not null), `env_version` (int32, not null): the registered task and version.
+- `seed` (int64): the `reset` seed. `index` (int64): the instance index asked for (null: drawn
+  from the seed). `options` (string, not null): the other reset options, JSON.
+- `instance_id` (string, not null), `question` (string, not null), `gold` (string, not null):
+  the instance; `gold` is JSON (a string, a list of aliases, a number ...).
+- `agents`, `roles`, `system_prompts` (list<string>, not null): per agent, in speaking order.
+- `format_instruction` (string): the format instruction used, if any.
+- `turns` (list<struct>, not null), one per utterance: `turn` (int32), `speaker` (string), `text`
+  (string), `token_ids` (list<int32>; empty when the policy reported none), `num_tokens` (int32,
+  the cost the env charged), `tokens_exact` (bool), `answer` (string, the parsed answer),
+  `finish_reason` (string: stop/length), `prompt_tokens` (int32), `truncated` (bool).
+- `final_answer` (string), `score` (float64; null when not scored), `score_ok` (bool, not null),
+  `score_error` (string), `end_reason` (string, not null; "infra_failure" for infra failures).
+- `total_tokens` (int64, not null); `agent_tokens` (list<int64>, not null), aligned with `agents`.
+- `reward_components` (list<struct<name string, value float64>>, not null): named reward parts.
+- `policies`, `sampling` (list<string>, not null): per agent (aligned with `agents`), the policy
+  identity and the sampling settings, each as JSON.
+- `infra_failure` (bool, not null), `error` (string): the episode stopped on an infrastructure
+  failure; never score it as wrong.
+
+Why lists aligned with `agents` rather than maps, and JSON strings for free-form values: Parquet
+maps and open structs read back awkwardly through Hugging Face `datasets`, while these columns
+load as plain lists and strings everywhere (pandas, polars, DuckDB, `datasets`).
+
+Version history: 1: first release.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import pyarrow as pa
+
+from optima_agents.rollout.records import EpisodeRecord, TurnRecord
+
+__all__ = ["EPISODE_SCHEMA", "SCHEMA_VERSION", "SCHEMA_VERSION_KEY", "record_to_row", "records_to_table",
+           "row_to_record", "table_to_records"]
+
+SCHEMA_VERSION = 1
+#: Parquet key-value metadata key holding the schema version of a file.
+SCHEMA_VERSION_KEY = b"optima.schema_version"
+
+TURN_TYPE = pa.struct([
+    pa.field("turn", pa.int32(), nullable=False),
+    pa.field("speaker", pa.string(), nullable=False),
+    pa.field("text", pa.string(), nullable=False),
+    pa.field("token_ids", pa.list_(pa.int32()), nullable=False),
+    pa.field("num_tokens", pa.int32(), nullable=False),
+    pa.field("tokens_exact", pa.bool_(), nullable=False),
+    pa.field("answer", pa.string()),
+    pa.field("finish_reason", pa.string(), nullable=False),
+    pa.field("prompt_tokens", pa.int32(), nullable=False),
+    pa.field("truncated", pa.bool_(), nullable=False),
+])
+
+COMPONENT_TYPE = pa.struct([pa.field("name", pa.string(), nullable=False), pa.field("value", pa.float64())])
+
+EPISODE_SCHEMA = pa.schema([
+    pa.field("schema_version", pa.int16(), nullable=False),
+    pa.field("env_id", pa.string(), nullable=False),
+    pa.field("env_version", pa.int32(), nullable=False),
+    pa.field("seed", pa.int64()),
+    pa.field("index", pa.int64()),
+    pa.field("options", pa.string(), nullable=False),
+    pa.field("instance_id", pa.string(), nullable=False),
+    pa.field("question", pa.string(), nullable=False),
+    pa.field("gold", pa.string(), nullable=False),
+    pa.field("agents", pa.list_(pa.string()), nullable=False),
+    pa.field("roles", pa.list_(pa.string()), nullable=False),
+    pa.field("system_prompts", pa.list_(pa.string()), nullable=False),
+    pa.field("format_instruction", pa.string()),
+    pa.field("turns", pa.list_(TURN_TYPE), nullable=False),
+    pa.field("final_answer", pa.string()),
+    pa.field("score", pa.float64()),
+    pa.field("score_ok", pa.bool_(), nullable=False),
+    pa.field("score_error", pa.string()),
+    pa.field("end_reason", pa.string(), nullable=False),
+    pa.field("total_tokens", pa.int64(), nullable=False),
+    pa.field("agent_tokens", pa.list_(pa.int64()), nullable=False),
+    pa.field("reward_components", pa.list_(COMPONENT_TYPE), nullable=False),
+    pa.field("policies", pa.list_(pa.string()), nullable=False),
+    pa.field("sampling", pa.list_(pa.string()), nullable=False),
+    pa.field("infra_failure", pa.bool_(), nullable=False),
+    pa.field("error", pa.string()),
+], metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def record_to_row(record: EpisodeRecord) -> dict[str, Any]:
+    """One record as a row of `EPISODE_SCHEMA` (plain Python values)."""
+    agents = list(record.agents)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "env_id": record.env_id, "env_version": record.env_version, "seed": record.seed, "index": record.index,
+        "options": _dumps(record.options), "instance_id": record.instance_id, "question": record.question,
+        "gold": _dumps(record.gold), "agents": agents, "roles": list(record.roles),
+        "system_prompts": list(record.system_prompts), "format_instruction": record.format_instruction,
+        "turns": [
+            {"turn": t.turn, "speaker": t.speaker, "text": t.text, "token_ids": list(t.token_ids),
+             "num_tokens": t.num_tokens, "tokens_exact": t.tokens_exact, "answer": t.answer,
+             "finish_reason": t.finish_reason, "prompt_tokens": t.prompt_tokens, "truncated": t.truncated}
+            for t in record.turns
+        ],
+        "final_answer": record.final_answer, "score": record.score, "score_ok": record.score_ok,
+        "score_error": record.score_error, "end_reason": record.end_reason, "total_tokens": record.total_tokens,
+        "agent_tokens": [int(record.agent_tokens.get(a, 0)) for a in agents],
+        "reward_components": [{"name": k, "value": v} for k, v in record.reward_components.items()],
+        "policies": [_dumps(record.policies.get(a, {})) for a in agents],
+        "sampling": [_dumps(record.sampling.get(a, {})) for a in agents],
+        "infra_failure": record.infra_failure, "error": record.error,
+    }
+
+
+def row_to_record(row: Mapping[str, Any]) -> EpisodeRecord:
+    """The inverse of `record_to_row`; accepts rows from pyarrow or from `datasets`.
+
+    Raises:
+        ValueError: the row was written with a newer schema version than this code knows.
+    """
+    version = int(row.get("schema_version") or 0)
+    if version > SCHEMA_VERSION:
+        raise ValueError(
+            f"episode row has schema_version {version}, newer than this Optima's {SCHEMA_VERSION}; upgrade optima"
+        )
+    agents = tuple(row["agents"])
+    return EpisodeRecord(
+        env_id=row["env_id"], env_version=int(row["env_version"]), seed=row["seed"], index=row["index"],
+        options=json.loads(row["options"]), instance_id=row["instance_id"], question=row["question"],
+        gold=json.loads(row["gold"]), agents=agents, roles=tuple(row["roles"]),
+        system_prompts=tuple(row["system_prompts"]), format_instruction=row["format_instruction"],
+        turns=tuple(TurnRecord.from_dict(t) for t in row["turns"]),
+        final_answer=row["final_answer"], score=row["score"], score_ok=bool(row["score_ok"]),
+        score_error=row["score_error"], end_reason=row["end_reason"], total_tokens=int(row["total_tokens"]),
+        agent_tokens={a: int(t) for a, t in zip(agents, row["agent_tokens"])},
+        reward_components={c["name"]: c["value"] for c in row["reward_components"]},
+        policies={a: json.loads(p) for a, p in zip(agents, row["policies"])},
+        sampling={a: json.loads(s) for a, s in zip(agents, row["sampling"])},
+        infra_failure=bool(row["infra_failure"]), error=row["error"],
+    )
+
+
+def records_to_table(records: list[EpisodeRecord] | tuple[EpisodeRecord, ...]) -> pa.Table:
+    """Records as a table of `EPISODE_SCHEMA` (schema metadata carries the version)."""
+    return pa.Table.from_pylist([record_to_row(r) for r in records], schema=EPISODE_SCHEMA)
+
+
+def table_to_records(table: pa.Table) -> list[EpisodeRecord]:
+    """The records of a table written with this schema (or an older version of it)."""
+    return [row_to_record(row) for row in table.to_pylist()]

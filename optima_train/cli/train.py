@@ -1,0 +1,172 @@
+"""`optima train <method>`: the iterative trainers (`isft` now; `idpo` and `isft-dpo` join here).
+
+    optima train isft --config configs/isft/synth_hop.yaml --set train.learning_rate=1e-4
+    optima train isft --config configs/isft/synth_hop.yaml --output-dir runs/a --iterations 3
+    optima train isft --help-config        # every config field with its type, default and help
+
+The same command resumes an interrupted run (from the last finished step). Config problems and
+missing data or models are reported in one message, before any model loads, with exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from optima_envs.errors import ConfigError, OptimaError
+
+app = typer.Typer(help="Train agents with the Optima loops (iSFT; iDPO and iSFT-DPO to come).",
+                  no_args_is_help=True, add_completion=False)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    raise typer.Exit(code=code)
+
+
+def config_help(cls: type) -> str:
+    """Every field of a (nested) config dataclass: dotted name, type, default, help."""
+    lines: list[str] = []
+
+    def walk(c: type, prefix: str) -> None:
+        hints = get_type_hints(c)
+        for f in dataclasses.fields(c):
+            tp = hints[f.name]
+            if dataclasses.is_dataclass(tp):
+                lines.append(f"\n[{prefix}{f.name}]")
+                walk(tp, f"{prefix}{f.name}.")
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            name = str(tp).replace("typing.", "") if not isinstance(tp, type) else tp.__name__
+            choices = f.metadata.get("choices")
+            extra = f" (one of {choices})" if choices else ""
+            lines.append(f"  {prefix}{f.name}: {name} = {default!r}{extra}\n      {f.metadata.get('help', '')}")
+
+    walk(cls, "")
+    return "\n".join(lines).strip()
+
+
+@app.command("isft")
+def isft(
+    config: Path | None = typer.Option(None, "--config", "-c", help="YAML config (see configs/isft/)."),
+    overrides: list[str] = typer.Option([], "--set", "-s", help="Override a field: section.field=value (repeatable)."),
+    output_dir: str | None = typer.Option(None, "--output-dir", help="Shortcut for --set run.output_dir=DIR."),
+    iterations: int | None = typer.Option(None, "--iterations", help="Shortcut for --set run.iterations=N."),
+    progress: bool | None = typer.Option(None, "--progress/--no-progress", help="Progress bars (run.progress)."),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
+    help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
+) -> None:
+    """Iterative SFT: sample, rank by the Optima reward, keep the best, fine-tune; repeat."""
+    from optima_train.config_io import dump_config, load_config
+    from optima_train.isft import ISFTConfig
+
+    if help_config:
+        Console(soft_wrap=True).print(escape(config_help(ISFTConfig)), highlight=False)
+        return
+    extra: dict[str, Any] = {}
+    run: dict[str, Any] = {}
+    if output_dir is not None:
+        run["output_dir"] = output_dir
+    if iterations is not None:
+        run["iterations"] = iterations
+    if progress is not None:
+        run["progress"] = progress
+    if run:
+        extra["run"] = run
+    try:
+        cfg = load_config(ISFTConfig, config, overrides, extra=extra)
+    except ConfigError as error:
+        _fail(str(error))
+    if print_config:
+        print(dump_config(cfg), end="")
+        return
+    from optima_train.isft import ISFTTrainer
+
+    trainer = ISFTTrainer(cfg)
+    try:
+        trainer.check_resources()
+    except (ConfigError, OptimaError) as error:
+        _fail(str(error))
+    try:
+        summaries = trainer.train()
+    except (ConfigError, OptimaError) as error:
+        _fail(str(error), code=1)
+    console = Console(soft_wrap=True)
+    console.print(f"[bold]done[/]: {len(summaries)} iteration(s) in {cfg.run.output_dir} "
+                  f"(summary.json, tensorboard/)")
+
+
+# ---------------------------------------------------------------------- iDPO and iSFT-DPO (issue 6)
+def _train(config_cls: type, trainer_cls: type, config: Path | None, overrides: list[str],
+           extra: dict[str, Any], print_config: bool, help_config: bool) -> None:
+    """Parse, check resources, train: the same steps and exit codes as `isft`."""
+    from optima_train.config_io import dump_config, load_config
+
+    if help_config:
+        Console(soft_wrap=True).print(escape(config_help(config_cls)), highlight=False)
+        return
+    try:
+        cfg = load_config(config_cls, config, overrides, extra=extra)
+    except ConfigError as error:
+        _fail(str(error))
+    if print_config:
+        print(dump_config(cfg), end="")
+        return
+    trainer = trainer_cls(cfg)
+    try:
+        if hasattr(trainer, "check_resources"):
+            trainer.check_resources()
+        rows = trainer.train()
+    except (ConfigError, OptimaError) as error:
+        _fail(str(error), code=1)
+    Console(soft_wrap=True).print(f"[bold]done[/]: {len(rows)} iteration(s) in {cfg.run.output_dir} "
+                                  f"(summary.json, tensorboard/)")
+
+
+def _run_extra(output_dir: str | None, progress: bool | None, **more: Any) -> dict[str, Any]:
+    run = {k: v for k, v in {"output_dir": output_dir, "progress": progress}.items() if v is not None}
+    out: dict[str, Any] = {"run": run} if run else {}
+    for section, values in more.items():
+        values = {k: v for k, v in values.items() if v is not None}
+        if values:
+            out.setdefault(section, {}).update(values)
+    return out
+
+
+@app.command("idpo")
+def idpo(
+    config: Path | None = typer.Option(None, "--config", "-c", help="YAML config (see configs/idpo/)."),
+    overrides: list[str] = typer.Option([], "--set", "-s", help="Override a field: section.field=value (repeatable)."),
+    output_dir: str | None = typer.Option(None, "--output-dir", help="Shortcut for --set run.output_dir=DIR."),
+    iterations: int | None = typer.Option(None, "--iterations", help="Shortcut for --set run.iterations=N."),
+    progress: bool | None = typer.Option(None, "--progress/--no-progress", help="Progress bars (run.progress)."),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
+    help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
+) -> None:
+    """Iterative DPO: MCTS over dialogue turns, best/worst sibling pairs, DPO + NLL; repeat."""
+    from optima_train.idpo import IDPOConfig, IDPOTrainer
+
+    _train(IDPOConfig, IDPOTrainer, config, overrides,
+           _run_extra(output_dir, progress, run={"iterations": iterations}), print_config, help_config)
+
+
+@app.command("isft-dpo")
+def isft_dpo(
+    config: Path | None = typer.Option(None, "--config", "-c", help="YAML config (see configs/isft_dpo/)."),
+    overrides: list[str] = typer.Option([], "--set", "-s", help="Override a field: section.field=value (repeatable)."),
+    output_dir: str | None = typer.Option(None, "--output-dir", help="Shortcut for --set run.output_dir=DIR."),
+    cycles: int | None = typer.Option(None, "--cycles", help="Shortcut for --set cycles.count=N."),
+    progress: bool | None = typer.Option(None, "--progress/--no-progress", help="Progress bars (run.progress)."),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
+    help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
+) -> None:
+    """iSFT-DPO: alternate an iSFT stage and an iDPO stage for some cycles."""
+    from optima_train.isft_dpo import ISFTDPOConfig, ISFTDPOTrainer
+
+    _train(ISFTDPOConfig, ISFTDPOTrainer, config, overrides,
+           _run_extra(output_dir, progress, cycles={"count": cycles}), print_config, help_config)

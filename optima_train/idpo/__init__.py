@@ -1,0 +1,6 @@
+"""Iterative DPO with MCTS over dialogue turns (DESIGN.md section 2): the config and the trainer."""
+
+from optima_train.idpo.idpo_config import IDPOConfig
+from optima_train.idpo.idpo_trainer import IDPOTrainer
+
+__all__ = ["IDPOConfig", "IDPOTrainer"]

@@ -1,0 +1,196 @@
+"""`IDPOConfig`: everything an iDPO run needs, as one typed, checked dataclass.
+
+    cfg = load_config(IDPOConfig, "configs/idpo/synth_hop.yaml", ["train.beta=0.2"])
+
+It shares the task, model, reward, LoRA, evaluation and run sections with `ISFTConfig`
+(`optima_train.isft.isft_config`), and adds the search (`search`, `mcts`), pair extraction
+(`pairs`) and DPO training (`train`) sections. Rules that link fields are checked in
+`__post_init__`, so a bad value fails at parse time, before any model loads.
+
+Defaults and where they come from ("paper": arXiv 2410.08115; "reference": thunlp/Optima):
+MCTS and pair settings see `optima_agents.mcts.mcts_config`; DPO + NLL on chosen with weight 1
+(reference `run_rpo.py`: `rpo_alpha = 1.0`), beta 0.1 (reference recipes 0.1 and 0.5; paper
+0.1-0.5), one epoch, cosine schedule, 10% warmup (reference recipes). The learning rate is a
+LoRA one (the reference trains all weights at 5e-7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from optima_agents.mcts.mcts_config import MCTSConfig, PairConfig
+from optima_envs.errors import ConfigError
+from optima_train.isft.isft_config import (
+    EvalSection,
+    LoraSection,
+    ModelSection,
+    RewardSection,
+    RunSection,
+    TaskSection,
+)
+
+__all__ = ["DPOTrainSection", "IDPOConfig", "IDPORunSection", "SearchRewardSection", "SearchSection",
+           "check_question_ranges"]
+
+Backend = Literal["hf", "vllm", "openai"]
+
+
+def _help(text: str, **more: Any) -> dict[str, Any]:
+    return {"help": text, **more}
+
+
+@dataclass
+class SearchSection:
+    backend: Backend = field(default="hf", metadata=_help("Generation backend of the search: hf, vllm or openai."))
+    batch_size: int = field(default=64, metadata=_help("Most sequences per generate call (hf backend)."))
+    backend_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help(
+        "Extra policy kwargs (vllm: gpu_memory_utilization...; openai: base_url, api_key...)."))
+    max_turns: int | None = field(default=None, metadata=_help("Most utterances per dialogue (None: the task's, 10)."))
+    questions: int | None = field(default=None, metadata=_help(
+        "Trees (training questions) searched per iteration (None: task.train_questions)."))
+    new_questions_each_iteration: bool = field(default=True, metadata=_help(
+        "Iteration i searches questions train_first_index + i * train_questions onwards (the reference draws "
+        "fresh questions every iteration); false: the same questions every iteration."))
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"search.batch_size must be >= 1, got {self.batch_size}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ConfigError(f"search.max_turns must be >= 1 or null, got {self.max_turns}")
+        if self.questions is not None and self.questions < 1:
+            raise ConfigError(f"search.questions must be >= 1 or null, got {self.questions}")
+        if self.backend == "openai" and "base_url" not in self.backend_kwargs:
+            raise ConfigError("search.backend='openai' needs search.backend_kwargs.base_url "
+                              "(the server that serves the model being trained)")
+
+
+@dataclass
+class DPOTrainSection:
+    init: str = field(default="previous", metadata=_help(
+        "Each iteration trains from the previous iteration's weights (the reference), or from the starting model.",
+        choices=["previous", "base"]))
+    beta: float = field(default=0.1, metadata=_help("DPO beta (paper 0.1-0.5; reference 0.1 / 0.5)."))
+    rpo_alpha: float = field(default=1.0, metadata=_help(
+        "Weight of the NLL loss on the chosen reply added to DPO (reference rpo_alpha 1.0; 0: plain DPO). "
+        "TRL >= 1.0 spells it loss_type=[sigmoid, sft], loss_weights=[1, rpo_alpha]."))
+    learning_rate: float = field(default=5e-6, metadata=_help("Peak learning rate (LoRA; reference full FT 5e-7)."))
+    num_train_epochs: float = field(default=1.0, metadata=_help("Epochs over the kept pairs."))
+    max_steps: int = field(default=-1, metadata=_help("If > 0: optimizer steps per iteration (overrides epochs)."))
+    per_device_train_batch_size: int = field(default=2, metadata=_help("Pairs per step per device."))
+    gradient_accumulation_steps: int = field(default=4, metadata=_help("Steps accumulated per optimizer step."))
+    max_length: int = field(default=1024, metadata=_help("Prompt + reply tokens kept (the start is kept)."))
+    lr_scheduler_type: str = field(default="cosine", metadata=_help("transformers scheduler name."))
+    warmup_steps: float = field(default=0.1, metadata=_help("Warmup steps (a float < 1: a fraction of all steps)."))
+    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay."))
+    bf16: bool = field(default=True, metadata=_help("bf16 autocast (fast on CPUs with AMX and on GPUs)."))
+    gradient_checkpointing: bool = field(default=False, metadata=_help("Trade compute for memory."))
+    logging_steps: int = field(default=5, metadata=_help("Log the losses every this many steps (TensorBoard)."))
+    min_pairs: int = field(default=1, metadata=_help(
+        "Fewer kept pairs than this: the iteration does not train (the model carries over) and says so."))
+    extra: dict[str, Any] = field(default_factory=dict, metadata=_help("Any other trl.DPOConfig field, passed through."))
+
+    def __post_init__(self) -> None:
+        if self.beta <= 0:
+            raise ConfigError(f"train.beta must be > 0, got {self.beta}")
+        if self.rpo_alpha < 0:
+            raise ConfigError(f"train.rpo_alpha must be >= 0 (0 is plain DPO), got {self.rpo_alpha}")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"train.learning_rate must be > 0, got {self.learning_rate}")
+        if self.max_steps <= 0 and self.num_train_epochs <= 0:
+            raise ConfigError(f"train.num_train_epochs must be > 0 when train.max_steps <= 0 "
+                              f"(got num_train_epochs={self.num_train_epochs}, max_steps={self.max_steps})")
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_length", "logging_steps",
+                     "min_pairs"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.extra:
+            from trl import DPOConfig
+
+            known = {f.name for f in dataclasses.fields(DPOConfig)}
+            owned = ({f.name for f in dataclasses.fields(DPOTrainSection)}
+                     | {"output_dir", "report_to", "seed", "loss_type", "loss_weights"})
+            unknown = sorted(set(self.extra) - known)
+            clash = sorted(set(self.extra) & owned)
+            if unknown:
+                raise ConfigError(f"train.extra has keys that are not trl.DPOConfig fields: {unknown}")
+            if clash:
+                raise ConfigError(f"train.extra sets {clash}, which the iDPO config owns; set them directly"
+                                  " (rpo_alpha sets loss_type and loss_weights)")
+
+
+@dataclass
+class SearchRewardSection(RewardSection):
+    """The iSFT reward section; in a search the token scale is fixed per iteration (see
+    `optima_agents.mcts.reward.OptimaTreeReward`), at `token_percentile` of the first rollouts."""
+
+    token_percentile: float = field(default=85.0, metadata=_help(
+        "Percentile of the first search round's token counts that fixes max_tokens for the whole search "
+        "(reference: 85)."))
+
+
+@dataclass
+class IDPORunSection(RunSection):
+    output_dir: str = field(default="runs/idpo", metadata=_help("Run directory (resumed when it exists)."))
+
+
+@dataclass
+class IDPOConfig:
+    """Iterative DPO with MCTS (DESIGN.md section 2): search dialogue trees on training
+    questions, pair the best and worst replies of each branching node, train DPO + NLL on the
+    kept pairs (LoRA merged into the checkpoint), evaluate, repeat.
+
+    Sections: task, model, search, mcts, pairs, reward, lora, train, eval, run.
+    Trees per iteration: `search.questions`, or `task.train_questions` when that is null.
+    """
+
+    task: TaskSection = field(default_factory=TaskSection)
+    model: ModelSection = field(default_factory=ModelSection)
+    search: SearchSection = field(default_factory=SearchSection)
+    mcts: MCTSConfig = field(default_factory=MCTSConfig)
+    pairs: PairConfig = field(default_factory=PairConfig)
+    reward: SearchRewardSection = field(default_factory=SearchRewardSection)
+    lora: LoraSection = field(default_factory=LoraSection)
+    train: DPOTrainSection = field(default_factory=DPOTrainSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    run: IDPORunSection = field(default_factory=IDPORunSection)
+
+    #: Fields that may differ when resuming a run (everything else must match the stored config).
+    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads")
+
+    def __post_init__(self) -> None:
+        iterations = self.run.iterations if self.search.new_questions_each_iteration else 1
+        check_question_ranges(self.task, self.eval, self.task.train_first_index, self.questions * iterations)
+        if self.mcts.max_depth is not None and self.search.max_turns is not None \
+                and self.mcts.max_depth > self.search.max_turns:
+            raise ConfigError(f"mcts.max_depth ({self.mcts.max_depth}) exceeds search.max_turns "
+                              f"({self.search.max_turns}): the env ends every dialogue first; lower mcts.max_depth "
+                              "or leave it null")
+
+    @property
+    def questions(self) -> int:
+        """Trees searched per iteration."""
+        return self.search.questions or self.task.train_questions
+
+    def train_indices(self, iteration: int) -> range:
+        """The instance indices of the questions searched in `iteration`."""
+        start = self.task.train_first_index
+        if self.search.new_questions_each_iteration:
+            start += iteration * self.questions
+        return range(start, start + self.questions)
+
+
+def check_question_ranges(task: TaskSection, eval_section: EvalSection, first: int, count: int) -> None:
+    """Refuse training questions `first .. first + count - 1` that overlap the held-out ones when
+    both come from the same env."""
+    if task.train_kwargs() != task.eval_kwargs():
+        return
+    train = range(first, first + count)
+    held = range(task.eval_first_index, task.eval_first_index + eval_section.episodes)
+    if train.start < held.stop and held.start < train.stop:
+        raise ConfigError(
+            f"training questions {train.start}..{train.stop - 1} (over all iterations) and held-out questions "
+            f"{held.start}..{held.stop - 1} come from the same env (task.train_env_kwargs == task.eval_env_kwargs) "
+            "and overlap; use different splits or disjoint task.train_first_index / task.eval_first_index"
+        )

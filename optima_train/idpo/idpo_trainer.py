@@ -1,0 +1,379 @@
+"""`IDPOTrainer`: iterative DPO with MCTS over dialogue turns (DESIGN.md section 2), resumable by step.
+
+Per iteration `i` (the run-dir layout of `optima_train.run_dir`, steps `search`, `training`,
+`evaluation`):
+
+1. **search**: one MCTS tree per training question with model `M_i` (`M_0` is the starting
+   model, e.g. an iSFT iteration-0 checkpoint) at the search temperature; rollouts are scored
+   with the Optima reward (`OptimaTreeReward`: score, token cost at a scale frozen from the
+   first round, readability under the frozen reference model, format rules). Writes
+   `trees.parquet`, `rollouts.parquet`, and `pairs.parquet` (every qualifying best/worst
+   sibling pair with its prompt, the kept ones flagged) plus `search.json` (statistics).
+2. **training**: TRL `DPOTrainer` on the kept pairs, DPO + NLL on the chosen reply
+   (`loss_type=["sigmoid", "sft"]`, weights `[1, rpo_alpha]`), LoRA by default with the
+   reference being the same model with the adapter disabled (`ref_model=None`: no second copy
+   in memory); the adapter is merged and saved as a plain HF folder, `M_{i+1}`. Too few pairs:
+   the step records that and `M_{i+1} = M_i`.
+3. **evaluation**: greedy dialogues on the held-out questions with `M_{i+1}`
+   (`optima_train.evaluation`, the same held-out set as iSFT for the same task section).
+
+Each step writes its `DONE.json` last; a restarted run skips finished steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from optima_train.config_io import config_to_dict
+from optima_train.idpo.idpo_config import IDPOConfig
+from optima_train.run_dir import RunDir, atomic_dir, atomic_write_json, read_json
+
+__all__ = ["IDPO_STEPS", "IDPOTrainer", "train_dpo"]
+
+IDPO_STEPS = ("search", "training", "evaluation")
+
+PolicyFactory = Callable[[str, Any], Any]
+"""Builds a policy from (model folder or name, SamplingParams). None: from `search.backend`."""
+
+StepHook = Callable[[int | str, str, Mapping[str, Any]], None]
+"""Called after each finished step with (stage, step, DONE info); tests use it to interrupt runs."""
+
+
+class IDPOTrainer:
+    """Runs (or resumes) an iDPO run described by an `IDPOConfig`.
+
+    Args:
+        config: the run's config.
+        policy_factory: optional; builds search/evaluation policies (tests pass scripted ones).
+        reference_loss: optional per-utterance loss function; default a `ReadabilityScorer` on
+            `model.reference` (or the starting model), cached in the run directory.
+        on_step_done: optional hook after every finished step.
+        console: a `rich` console for progress lines (default: a new one on stderr).
+    """
+
+    def __init__(self, config: IDPOConfig, *, policy_factory: PolicyFactory | None = None,
+                 reference_loss: Callable | None = None, on_step_done: StepHook | None = None, console: Any = None):
+        self.config = config
+        self.run_dir = RunDir(config.run.output_dir)
+        self._policy_factory = policy_factory
+        self._reference_loss = reference_loss
+        self._on_step_done = on_step_done
+        self._policy: tuple[str, Any] | None = None
+        self._base_path: str | None = None
+        if console is None:
+            from rich.console import Console
+
+            console = Console(stderr=True)
+        self.console = console
+        self.steps_run: list[tuple[int | str, str]] = []
+
+    # ------------------------------------------------------------------ checks
+    def check_resources(self) -> None:
+        """Fail fast, before any work: the env and its data, the models.
+
+        Raises:
+            ConfigError: an unknown env id, bad env kwargs or missing data, or a missing model.
+        """
+        import optima_envs
+        from optima_agents.models import ModelNotFoundError, resolve_model
+        from optima_envs.errors import ConfigError, OptimaError
+
+        cfg = self.config
+        checks = (("task.train_env_kwargs", cfg.task.train_kwargs(), cfg.train_indices(0).start),
+                  ("task.eval_env_kwargs", cfg.task.eval_kwargs(), cfg.task.eval_first_index))
+        for what, kwargs, index in checks:
+            try:
+                env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(kwargs))
+                env.reset(seed=0, options={"index": index})
+                if not callable(getattr(env, "snapshot", None)):
+                    raise ConfigError(f"env {cfg.task.env_id!r} has no snapshot()/restore(); MCTS cannot search it")
+            except OptimaError as error:
+                raise ConfigError(f"task.env_id={cfg.task.env_id!r} with {what}={kwargs}: {error}") from None
+        for name, value in (("model.name", cfg.model.name), ("model.reference", cfg.model.reference)):
+            if value is None:
+                continue
+            try:
+                path = resolve_model(value)
+            except ModelNotFoundError as error:
+                raise ConfigError(f"{name}={value!r}: {error}") from None
+            if name == "model.name":
+                self._base_path = path
+
+    def _env_kwargs(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(kwargs)
+        if self.config.search.max_turns is not None:
+            out["max_turns"] = self.config.search.max_turns
+        return out
+
+    @property
+    def base_model(self) -> str:
+        if self._base_path is None:
+            from optima_agents.models import resolve_model
+
+            self._base_path = resolve_model(self.config.model.name)
+        return self._base_path
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> list[dict[str, Any]]:
+        """Run every iteration not finished yet; returns one summary per iteration."""
+        cfg = self.config
+        self.check_resources()
+        if cfg.run.num_threads is not None:
+            import torch
+
+            torch.set_num_threads(cfg.run.num_threads)
+        with self.run_dir.lock():
+            resumed = self.run_dir.check_config(config_to_dict(cfg), may_change=IDPOConfig.RESUMABLE)
+            if resumed:
+                done = self.run_dir.finished_iterations(("search", "training"))
+                self.console.print(f"[bold]resuming[/] {self.run_dir.root}: {len(done)} iteration(s) finished")
+            if cfg.eval.baseline:
+                self._step("baseline", "evaluation", lambda folder: self._evaluation(folder, self.base_model))
+            return [self._iteration(it) for it in range(cfg.run.iterations)]
+
+    def _evaluates(self, it: int) -> bool:
+        return (it + 1) % self.config.eval.every == 0 or it == self.config.run.iterations - 1
+
+    def _iteration(self, it: int) -> dict[str, Any]:
+        info: dict[str, dict[str, Any]] = {}
+        info["search"] = self._step(it, "search", lambda f: self._search(f, it))
+        info["training"] = self._step(it, "training", lambda f: self._training(f, it))
+        if self._evaluates(it):
+            info["evaluation"] = self._step(it, "evaluation", lambda f: self._evaluation(f, self.model_after(it)))
+        summary = self._summary(it, info)
+        atomic_write_json(self.run_dir.stage_dir(it) / "metrics.json", {"iteration": it, "summary": summary, "steps": info})
+        self._write_run_summary(it, summary)
+        self.console.print(_summary_line(summary))
+        return summary
+
+    def _step(self, stage: int | str, step: str, fn: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+        if self.run_dir.is_done(stage, step):
+            return self.run_dir.done_info(stage, step)
+        label = stage if isinstance(stage, str) else f"iter {stage}"
+        self.console.print(f"[cyan]{label}[/] {step} ...")
+        folder = self.run_dir.begin_step(stage, step)
+        start = time.perf_counter()
+        info = {**fn(folder), "seconds": round(time.perf_counter() - start, 3)}
+        self.run_dir.mark_done(stage, step, info)
+        self.steps_run.append((stage, step))
+        if self._on_step_done is not None:
+            self._on_step_done(stage, step, info)
+        return info
+
+    # ------------------------------------------------------------------ models
+    def model_before(self, it: int) -> str:
+        """The model that searches iteration `it`'s trees."""
+        return self.base_model if it == 0 else self.model_after(it - 1)
+
+    def model_after(self, it: int) -> str:
+        """The checkpoint iteration `it` produced (its training step's record)."""
+        return str(self.run_dir.done_info(it, "training")["checkpoint"])
+
+    def _policy_for(self, model: str, sampling: Any) -> Any:
+        if self._policy_factory is not None:
+            return self._policy_factory(model, sampling)
+        s = self.config.search
+        if self._policy is not None and self._policy[0] == model and hasattr(self._policy[1], "with_sampling"):
+            return self._policy[1].with_sampling(sampling)
+        self._policy = None  # free the previous model before loading the next
+        from optima_train.evaluation import build_policy
+
+        policy = build_policy(s.backend, model, sampling, dtype=self.config.model.dtype, batch_size=s.batch_size,
+                              backend_kwargs=s.backend_kwargs)
+        self._policy = (model, policy)
+        return policy
+
+    def _reference(self) -> Callable:
+        if self._reference_loss is None:
+            from optima_train.rewards import ReadabilityScorer
+
+            ref = self.config.model.reference or self.base_model
+            self._reference_loss = ReadabilityScorer(ref, dtype=self.config.model.dtype,
+                                                     max_batch_tokens=self.config.reward.readability_batch_tokens,
+                                                     cache_path=self.run_dir.readability_cache)
+        return self._reference_loss
+
+    # ------------------------------------------------------------------ steps
+    def _search(self, folder: Path, it: int) -> dict[str, Any]:
+        import optima_envs
+        from optima_agents.mcts import MCTSPlanner, OptimaTreeReward, TreeTask, extract_pairs
+        from optima_agents.policies import SamplingParams
+        from optima_agents.rollout import derive_seed
+        from optima_train.dpo_data import pair_rows, pair_statistics, write_pairs, write_trees
+
+        cfg, m, r = self.config, self.config.mcts, self.config.reward
+        mcts = dataclasses.replace(m, seed=derive_seed(cfg.run.seed, m.seed, it))
+        sampling = SamplingParams(temperature=m.temperature, top_p=m.top_p, max_new_tokens=m.max_new_tokens,
+                                  seed=cfg.run.seed)
+        model = self.model_before(it)
+        policy = self._policy_for(model, sampling)
+        reward = OptimaTreeReward(r.weights(), self._reference() if r.lambda_loss > 0 else None,
+                                  token_percentile=r.token_percentile, repeat_ratio=r.repeat_ratio,
+                                  repeat_min_chars=r.repeat_min_chars)
+        env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(cfg.task.train_kwargs()))
+        tasks = [TreeTask(f"i{it:03d}-q{q:06d}", seed=derive_seed(cfg.run.seed, it, q), options={"index": q})
+                 for q in cfg.train_indices(it)]
+        planner = MCTSPlanner(policy, reward, mcts)
+        if (why := planner.sampling_mismatch()) is not None:
+            self.console.print(f"[yellow]search policy sampling differs from mcts settings: {why}[/]")
+        result = planner.search(env, tasks)
+        for tree in result.trees:
+            tree.check_invariants()
+        extraction = extract_pairs(result.trees, cfg.pairs)
+        rows = pair_rows(result.trees, extraction, iteration=it, chat_format=getattr(policy, "chat_format", None)
+                         or _default_chat_format())
+        write_trees(result.trees, folder)
+        write_pairs(rows, folder / "pairs.parquet")
+        stats = pair_statistics(rows, result.trees)
+        search_stats = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in result.stats.items()}
+        atomic_write_json(folder / "search.json", {"model": model, "mcts": mcts.to_dict(), "search": search_stats,
+                                                   "pairs": stats, "max_tokens": reward.max_tokens,
+                                                   "trees": [t.stats() for t in result.trees]})
+        return {"model": model, "trees": len(result.trees), "qualifying_pairs": stats["qualifying_pairs"],
+                "kept_pairs": stats["kept_pairs"], "mean_gap": stats["gap"]["mean"],
+                "mean_chosen_tokens": stats["chosen_tokens"]["mean"],
+                "mean_rejected_tokens": stats["rejected_tokens"]["mean"],
+                "mean_root_value": stats["root_value"]["mean"], "max_tokens": reward.max_tokens,
+                "search": search_stats}
+
+    def _training(self, folder: Path, it: int) -> dict[str, Any]:
+        cfg = self.config
+        init = self.model_before(it) if cfg.train.init == "previous" else self.base_model
+        kept = read_json(self.run_dir.step_dir(it, "search") / "DONE.json").get("kept_pairs", 0)
+        if kept < cfg.train.min_pairs:
+            self.console.print(f"[yellow]iter {it}: {kept} pair(s) kept, fewer than train.min_pairs="
+                               f"{cfg.train.min_pairs}; the model is unchanged[/]")
+            return {"skipped": f"{kept} kept pairs < train.min_pairs", "checkpoint": init, "pairs": kept,
+                    "train_loss": None}
+        self._policy = None  # free the search model's memory for training
+        return train_dpo(cfg, self.run_dir.step_dir(it, "search") / "pairs.parquet", init, folder,
+                         seed=cfg.run.seed + it)
+
+    def _evaluation(self, folder: Path, model: str) -> dict[str, Any]:
+        from optima_agents.policies import SamplingParams
+        from optima_train.buffers import write_episodes
+        from optima_train.evaluation import evaluate
+
+        cfg = self.config
+        sampling = SamplingParams(temperature=0.0, max_new_tokens=cfg.eval.max_new_tokens or cfg.mcts.max_new_tokens,
+                                  seed=None)
+        policy = self._policy_for(model, sampling)
+        result, records = evaluate(policy, cfg.task.env_id, env_kwargs=self._env_kwargs(cfg.task.eval_kwargs()),
+                                   episodes=cfg.eval.episodes, first_index=cfg.task.eval_first_index,
+                                   seed=cfg.run.seed + 1_000_000, progress=cfg.run.progress, model_name=model)
+        write_episodes(folder / "episodes", records, metadata={"writer": "idpo"})
+        atomic_write_json(folder / "metrics.json", result.to_dict())
+        return result.to_dict()
+
+    # ------------------------------------------------------------------ summaries
+    def _summary(self, it: int, info: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        ev, search, training = info.get("evaluation"), info["search"], info["training"]
+        return {
+            "iteration": it,
+            "heldout_score": ev["score"]["mean"] if ev else None,
+            "heldout_score_ci": [ev["score"]["low"], ev["score"]["high"]] if ev else None,
+            "heldout_tokens": ev["tokens"]["mean"] if ev else None,
+            "heldout_tokens_ci": [ev["tokens"]["low"], ev["tokens"]["high"]] if ev else None,
+            "trees": search.get("trees"),
+            "kept_pairs": search.get("kept_pairs"),
+            "qualifying_pairs": search.get("qualifying_pairs"),
+            "mean_gap": search.get("mean_gap"),
+            "mean_root_value": search.get("mean_root_value"),
+            "train_loss": training.get("train_loss"),
+            "reward_accuracy": training.get("reward_accuracy"),
+            "checkpoint": training.get("checkpoint"),
+            "seconds": {k: v.get("seconds") for k, v in info.items()},
+        }
+
+    def _write_run_summary(self, it: int, summary: Mapping[str, Any]) -> None:
+        path = self.run_dir.summary_path
+        rows = [r for r in (read_json(path) if path.exists() else {}).get("iterations", []) if r["iteration"] != it]
+        rows = sorted([*rows, dict(summary)], key=lambda r: r["iteration"])
+        baseline = self.run_dir.done_info("baseline", "evaluation") if self.run_dir.is_done("baseline", "evaluation") else None
+        atomic_write_json(path, {"baseline": baseline, "iterations": rows})
+        from torch.utils.tensorboard import SummaryWriter
+
+        with SummaryWriter(log_dir=str(self.run_dir.root / "tensorboard")) as writer:
+            for key in ("heldout_score", "heldout_tokens", "kept_pairs", "mean_gap", "mean_root_value", "train_loss",
+                        "reward_accuracy"):
+                if summary.get(key) is not None:
+                    writer.add_scalar(f"idpo/{key}", float(summary[key]), it)
+
+
+def train_dpo(cfg: Any, pairs: Path, init: str, folder: Path, *, seed: int) -> dict[str, Any]:
+    """One DPO round on the kept pairs of `pairs` (a pairs.parquet): LoRA (merged) or full
+    fine-tuning of `init`; saves `folder/checkpoint`, `folder/logs` (TensorBoard), `train.json`.
+
+    `cfg` is any config with `train` (a `DPOTrainSection`), `lora` and `run` sections.
+    """
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.integrations import TensorBoardCallback
+    from trl import DPOConfig, DPOTrainer
+
+    from optima_train.dpo_data import read_pairs, to_dpo_dataset
+
+    t = cfg.train
+    dataset = to_dpo_dataset(read_pairs(pairs)).remove_columns(["pair_id"])
+    tokenizer = AutoTokenizer.from_pretrained(init)
+    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
+    peft_config = None
+    if cfg.lora.enabled:
+        from peft import LoraConfig
+
+        targets: Any = cfg.lora.target_modules
+        targets = "all-linear" if list(targets) == ["all-linear"] else list(targets)
+        peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                                 target_modules=targets, task_type="CAUSAL_LM")
+    losses = {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, t.rpo_alpha]} if t.rpo_alpha > 0 else \
+        {"loss_type": ["sigmoid"]}
+    args = DPOConfig(
+        output_dir=str(folder / "trainer"), report_to="none", save_strategy="no", seed=seed, beta=t.beta, **losses,
+        learning_rate=t.learning_rate, num_train_epochs=t.num_train_epochs, max_steps=t.max_steps,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps, max_length=t.max_length,
+        lr_scheduler_type=t.lr_scheduler_type, warmup_steps=t.warmup_steps, weight_decay=t.weight_decay,
+        bf16=t.bf16, gradient_checkpointing=t.gradient_checkpointing, logging_steps=t.logging_steps,
+        use_cpu=not torch.cuda.is_available(), disable_tqdm=not cfg.run.progress, **t.extra,
+    )
+    writer = SummaryWriter(log_dir=str(folder / "logs"))
+    # ref_model=None with a peft_config: the reference log-probs come from the same model with
+    # the adapter disabled (TRL's `use_adapter(..., None)`), so no second copy is held in memory.
+    trainer = DPOTrainer(model=model, ref_model=None, args=args, train_dataset=dataset, processing_class=tokenizer,
+                         peft_config=peft_config, callbacks=[TensorBoardCallback(writer)])
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    output = trainer.train()
+    writer.close()
+    trained = trainer.model.merge_and_unload() if peft_config is not None else trainer.model
+    with atomic_dir(folder / "checkpoint") as tmp:
+        trained.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    history = trainer.state.log_history
+    atomic_write_json(folder / "train.json", {"log_history": history, "metrics": output.metrics})
+    logged = [h for h in history if "loss" in h]
+    last = logged[-1] if logged else {}
+    return {"checkpoint": str(folder / "checkpoint"), "init": init, "pairs": len(dataset),
+            "steps": output.global_step, "train_loss": output.training_loss,
+            "reward_accuracy": last.get("rewards/accuracies"), "reward_margin": last.get("rewards/margins"),
+            "trainable_parameters": trainable, "lora": cfg.lora.enabled, "beta": t.beta, "rpo_alpha": t.rpo_alpha,
+            "reference": "adapter-disabled" if peft_config is not None else "copy of init"}
+
+
+def _default_chat_format() -> Any:
+    from optima_agents.chat import DEFAULT_CHAT_FORMAT
+
+    return DEFAULT_CHAT_FORMAT
+
+
+def _summary_line(s: Mapping[str, Any]) -> str:
+    def fmt(x: Any, spec: str = ".3f") -> str:
+        return "n/a" if x is None else format(x, spec)
+
+    secs = " ".join(f"{k[:6]} {v:.0f}s" for k, v in s["seconds"].items() if v is not None)
+    return (f"[bold green]iter {s['iteration']}[/] held-out score {fmt(s['heldout_score'])} | "
+            f"tokens {fmt(s['heldout_tokens'], '.1f')} | {s['kept_pairs']} pairs from {s['trees']} trees | "
+            f"gap {fmt(s['mean_gap'])} | train loss {fmt(s['train_loss'], '.4f')} | {secs}")

@@ -1,0 +1,282 @@
+"""`ISFTConfig`: everything an iSFT run needs, as one typed, checked dataclass.
+
+Load it with `optima_train.config_io.load_config(ISFTConfig, path, overrides)`; every field can
+be set in YAML (`train: {learning_rate: 1e-4}`) or on the command line
+(`--set train.learning_rate=1e-4`). Rules that link fields are checked in `__post_init__`, so
+a bad value fails at parse time; `check_resources()` then checks what exists outside the
+config (the env id and its data, the models) before any model loads.
+
+Why not a `TrainingArguments` subclass (as TRL's configs are): one iSFT run drives generation,
+scoring, selection, several trainings and evaluations; its `train` section holds the SFT
+settings we choose defaults for, and `train.extra` passes any other `trl.SFTConfig` field
+through (checked against `SFTConfig`'s fields at parse time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from optima_envs.errors import ConfigError
+
+__all__ = [
+    "EvalSection", "GenerationSection", "ISFTConfig", "LoraSection", "ModelSection", "RewardSection", "RunSection",
+    "SelectionSection", "TaskSection", "TrainSection",
+]
+
+Backend = Literal["hf", "vllm", "openai"]
+
+
+def _help(text: str, **more: Any) -> dict[str, Any]:
+    return {"help": text, **more}
+
+
+@dataclass
+class TaskSection:
+    # env
+    env_id: str = field(default="synth-hop-ia", metadata=_help("Registered env id (`optima envs` lists them)."))
+    env_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help(
+        "Keyword arguments for optima_envs.make, shared by the training and held-out envs (e.g. data_dir, max_turns)."))
+    train_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "train"}, metadata=_help(
+        "Extra make() kwargs for the training questions (e.g. {split: train})."))
+    eval_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "validation"}, metadata=_help(
+        "Extra make() kwargs for the held-out questions (e.g. {split: validation})."))
+    # questions
+    train_questions: int = field(default=64, metadata=_help("Training questions per iteration (instances by index)."))
+    train_first_index: int = field(default=0, metadata=_help("Index of the first training question."))
+    eval_first_index: int = field(default=0, metadata=_help(
+        "Index of the first held-out question (use disjoint ranges when train and held-out envs are the same)."))
+
+    def __post_init__(self) -> None:
+        if self.train_questions < 1:
+            raise ConfigError(f"task.train_questions must be >= 1, got {self.train_questions}")
+        if self.train_first_index < 0 or self.eval_first_index < 0:
+            raise ConfigError(f"task.train_first_index and task.eval_first_index must be >= 0, got "
+                              f"{self.train_first_index} and {self.eval_first_index}")
+
+    def train_kwargs(self) -> dict[str, Any]:
+        return {**self.env_kwargs, **self.train_env_kwargs}
+
+    def eval_kwargs(self) -> dict[str, Any]:
+        return {**self.env_kwargs, **self.eval_env_kwargs}
+
+
+@dataclass
+class ModelSection:
+    name: str = field(default="smollm2-135m", metadata=_help("Starting model: registry name, local folder or hub id."))
+    reference: str | None = field(default=None, metadata=_help(
+        "Frozen reference model of the readability term (None: the starting model)."))
+    dtype: str = field(default="bfloat16", metadata=_help("Generation and reference dtype.",
+                                                            choices=["bfloat16", "float32"]))
+    device: str = field(default="auto", metadata=_help(
+        "Where generation (hf backend), the reference model and training run; auto: cuda when available.",
+        choices=["auto", "cpu", "cuda"]))
+
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass
+class GenerationSection:
+    backend: Backend = field(default="hf", metadata=_help(
+        "Generation backend: hf (transformers) or vllm (in-process); openai is refused (it cannot load new weights)."))
+    samples_per_question: int = field(default=10, metadata=_help("N dialogues sampled per training question."))
+    temperature: float = field(default=0.7, metadata=_help("Sampling temperature of training dialogues."))
+    top_p: float = field(default=1.0, metadata=_help("Nucleus sampling threshold of training dialogues."))
+    max_new_tokens: int = field(default=128, metadata=_help("Most tokens per utterance."))
+    max_turns: int | None = field(default=None, metadata=_help("Most utterances per dialogue (None: the task's, 10)."))
+    format_pool_first_iteration: bool = field(default=True, metadata=_help(
+        "Iteration 0 samples with a format-diverse instruction (reset option format_instruction='sample')."))
+    batch_size: int = field(default=64, metadata=_help("Most sequences per generate call (hf backend)."))
+    max_live: int | None = field(default=None, metadata=_help("Most episodes in flight (None: all)."))
+    backend_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help(
+        "Extra policy kwargs passed to optima_agents.policies.make_policy (e.g. vllm engine options)."))
+
+    def __post_init__(self) -> None:
+        if self.samples_per_question < 1:
+            raise ConfigError(f"generation.samples_per_question must be >= 1, got {self.samples_per_question}")
+        if self.temperature < 0:
+            raise ConfigError(f"generation.temperature must be >= 0, got {self.temperature}")
+        if self.samples_per_question > 1 and self.temperature == 0:
+            raise ConfigError(f"generation.samples_per_question={self.samples_per_question} with generation."
+                              "temperature=0 samples the same greedy dialogue N times; set temperature > 0 (e.g. 0.7)")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"generation.top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1 or self.batch_size < 1:
+            raise ConfigError(f"generation.max_new_tokens and batch_size must be >= 1, got "
+                              f"{self.max_new_tokens} and {self.batch_size}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ConfigError(f"generation.max_turns must be >= 1 or null, got {self.max_turns}")
+        if self.backend == "openai":
+            raise ConfigError(
+                "generation.backend='openai' cannot drive iSFT: every iteration trains new weights, and an "
+                "OpenAI-compatible server cannot be made to load them from here. Use 'hf' or 'vllm' for the loop, "
+                "and `optima eval --backend openai --base-url URL` to evaluate a served checkpoint")
+
+
+@dataclass
+class RewardSection:
+    score: float = field(default=1.0, metadata=_help("Weight of the task score."))
+    lambda_token: float = field(default=0.5, metadata=_help("Weight of tokens / max_tokens (subtracted)."))
+    lambda_loss: float = field(default=0.8, metadata=_help("Weight of 1 / max_turn_lm_loss (added); 0 skips the LM."))
+    lambda_format: float = field(default=0.5, metadata=_help("Weight of the format-violation rate (subtracted)."))
+    lm_loss_floor: float = field(default=1.0, metadata=_help("Lower bound on the loss in 1 / loss."))
+    token_normalization: str = field(default="group", metadata=_help(
+        "max_tokens: largest in the question's group, or a percentile of the iteration's batch.",
+        choices=["group", "percentile"]))
+    token_percentile: float = field(default=95.0, metadata=_help("Percentile for token_normalization=percentile."))
+    repeat_ratio: float = field(default=90.0, metadata=_help("rapidfuzz ratio at which two turns are near-duplicates."))
+    repeat_min_chars: int = field(default=12, metadata=_help("Shorter normalised turns are exempt from the repeat rule."))
+    readability_batch_tokens: int = field(default=4096, metadata=_help("Padded tokens per reference-model forward."))
+
+    def __post_init__(self) -> None:
+        self.weights()  # RewardWeights checks the signs
+        if not 0 < self.token_percentile <= 100:
+            raise ConfigError(f"reward.token_percentile must be in (0, 100], got {self.token_percentile}")
+        if not 0 <= self.repeat_ratio <= 100:
+            raise ConfigError(f"reward.repeat_ratio must be in [0, 100], got {self.repeat_ratio}")
+
+    def weights(self) -> Any:
+        from optima_train.rewards import RewardWeights
+
+        return RewardWeights(score=self.score, lambda_token=self.lambda_token, lambda_loss=self.lambda_loss,
+                             lambda_format=self.lambda_format, lm_loss_floor=self.lm_loss_floor)
+
+
+@dataclass
+class SelectionSection:
+    keep_fraction: float = field(default=0.7, metadata=_help("Share of questions (by best reward) kept."))
+    reward_threshold: float | None = field(default=None, metadata=_help("Keep only questions whose best reward is >= this."))
+    min_score: float | None = field(default=0.5, metadata=_help(
+        "Keep only questions whose best dialogue's task score is >= this (null: no bar)."))
+
+    def __post_init__(self) -> None:
+        if not 0 < self.keep_fraction <= 1:
+            raise ConfigError(f"selection.keep_fraction must be in (0, 1], got {self.keep_fraction}")
+
+
+@dataclass
+class LoraSection:
+    enabled: bool = field(default=True, metadata=_help("Train a LoRA adapter (merged into the checkpoint); "
+                                                       "false: full fine-tuning."))
+    r: int = field(default=16, metadata=_help("LoRA rank."))
+    alpha: int = field(default=32, metadata=_help("LoRA alpha."))
+    dropout: float = field(default=0.05, metadata=_help("LoRA dropout."))
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"], metadata=_help(
+        "Modules to adapt (PEFT names; 'all-linear' for every linear layer but the head)."))
+
+    def __post_init__(self) -> None:
+        if self.r < 1 or self.alpha < 1:
+            raise ConfigError(f"lora.r and lora.alpha must be >= 1, got {self.r} and {self.alpha}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"lora.dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class TrainSection:
+    init: str = field(default="previous", metadata=_help(
+        "Each iteration trains from the previous iteration's weights, or from the base model.",
+        choices=["previous", "base"]))
+    learning_rate: float = field(default=2e-4, metadata=_help("Peak learning rate (LoRA default; ~1e-5 for full)."))
+    num_train_epochs: float = field(default=1.0, metadata=_help("Epochs over the selected examples."))
+    max_steps: int = field(default=-1, metadata=_help("If > 0: optimizer steps per iteration (overrides epochs)."))
+    per_device_train_batch_size: int = field(default=4, metadata=_help("Examples per step per device."))
+    gradient_accumulation_steps: int = field(default=1, metadata=_help("Steps accumulated per optimizer step."))
+    max_length: int = field(default=1024, metadata=_help("Examples are truncated to this many tokens."))
+    lr_scheduler_type: str = field(default="cosine", metadata=_help("transformers scheduler name."))
+    warmup_steps: float = field(default=0.0, metadata=_help("Warmup steps (a float < 1: a fraction of all steps)."))
+    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay."))
+    bf16: bool = field(default=True, metadata=_help("bf16 autocast (fast on CPUs with AMX and on GPUs)."))
+    gradient_checkpointing: bool = field(default=False, metadata=_help("Trade compute for memory."))
+    logging_steps: int = field(default=5, metadata=_help("Log the loss every this many steps (TensorBoard)."))
+    extra: dict[str, Any] = field(default_factory=dict, metadata=_help("Any other trl.SFTConfig field, passed through."))
+
+    def __post_init__(self) -> None:
+        if self.learning_rate <= 0:
+            raise ConfigError(f"train.learning_rate must be > 0, got {self.learning_rate}")
+        if self.max_steps <= 0 and self.num_train_epochs <= 0:
+            raise ConfigError(f"train.num_train_epochs must be > 0 when train.max_steps <= 0 "
+                              f"(got num_train_epochs={self.num_train_epochs}, max_steps={self.max_steps})")
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_length", "logging_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.extra:
+            from trl import SFTConfig
+
+            known = {f.name for f in dataclasses.fields(SFTConfig)}
+            owned = {f.name for f in dataclasses.fields(TrainSection)} | {"output_dir", "report_to", "seed"}
+            unknown = sorted(set(self.extra) - known)
+            clash = sorted(set(self.extra) & owned)
+            if unknown:
+                raise ConfigError(f"train.extra has keys that are not trl.SFTConfig fields: {unknown}")
+            if clash:
+                raise ConfigError(f"train.extra sets {clash}, which the iSFT config owns; set them directly")
+
+
+@dataclass
+class EvalSection:
+    episodes: int = field(default=200, metadata=_help("Held-out dialogues per evaluation (greedy)."))
+    baseline: bool = field(default=True, metadata=_help("Also evaluate the starting model before iteration 0."))
+    max_new_tokens: int | None = field(default=None, metadata=_help("Per-utterance limit (None: generation's)."))
+    every: int = field(default=1, metadata=_help("Evaluate after every this many iterations (the last always)."))
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1 or self.every < 1:
+            raise ConfigError(f"eval.episodes and eval.every must be >= 1, got {self.episodes} and {self.every}")
+
+
+@dataclass
+class RunSection:
+    output_dir: str = field(default="runs/isft", metadata=_help("Run directory (resumed when it exists)."))
+    iterations: int = field(default=2, metadata=_help("iSFT iterations (may be raised when resuming)."))
+    seed: int = field(default=0, metadata=_help("Seeds sampling, evidence deals and training."))
+    progress: bool = field(default=True, metadata=_help("Show progress bars."))
+    num_threads: int | None = field(default=None, metadata=_help(
+        "torch CPU threads for the whole run (None: torch's default). 1 is faster on a CPU shared with other "
+        "busy processes."))
+
+    def __post_init__(self) -> None:
+        if self.iterations < 1:
+            raise ConfigError(f"run.iterations must be >= 1, got {self.iterations}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ConfigError(f"run.num_threads must be >= 1 or null, got {self.num_threads}")
+
+
+@dataclass
+class ISFTConfig:
+    """Iterative SFT (DESIGN.md section 2): sample N dialogues per question, rank by the Optima
+    reward, keep the best per question and the top questions, fine-tune, repeat.
+
+    Sections: task, model, generation, reward, selection, lora, train, eval, run (see each
+    field's `metadata["help"]`, or `optima train isft --help-config`).
+    """
+
+    task: TaskSection = field(default_factory=TaskSection)
+    model: ModelSection = field(default_factory=ModelSection)
+    generation: GenerationSection = field(default_factory=GenerationSection)
+    reward: RewardSection = field(default_factory=RewardSection)
+    selection: SelectionSection = field(default_factory=SelectionSection)
+    lora: LoraSection = field(default_factory=LoraSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    run: RunSection = field(default_factory=RunSection)
+
+    #: Fields that may differ when resuming a run (everything else must match the stored config).
+    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads")
+
+    def __post_init__(self) -> None:
+        t = self.task
+        if t.train_kwargs() == t.eval_kwargs():
+            train = range(t.train_first_index, t.train_first_index + t.train_questions)
+            held = range(t.eval_first_index, t.eval_first_index + self.eval.episodes)
+            if train.start < held.stop and held.start < train.stop:
+                raise ConfigError(
+                    f"training questions {train.start}..{train.stop - 1} and held-out questions {held.start}.."
+                    f"{held.stop - 1} come from the same env (task.train_env_kwargs == task.eval_env_kwargs) and "
+                    "overlap; use different splits or disjoint task.train_first_index / task.eval_first_index"
+                )

@@ -1,0 +1,445 @@
+"""`ISFTTrainer`: the iterative SFT loop of Optima (DESIGN.md section 2), resumable by step.
+
+Per iteration `i` (folders in `optima_train.run_dir`):
+
+1. **generation**: N dialogues per training question with model `M_i` (`M_0` is the starting
+   model) at the configured temperature. Every sample is its own seeded episode (seed derived
+   from run seed, iteration, question and sample), so the N samples of a question differ in
+   sampling and in the evidence deal; iteration 0 adds a format-pool instruction drawn per
+   episode (`format_instruction="sample"`).
+2. **scoring**: every reward component of every dialogue (`optima_train.rewards`), stored in
+   the episodes' `reward_components`; scoring and infra failures are excluded and counted.
+3. **selection**: best dialogue per question, top `keep_fraction` of questions, thresholds;
+   one SFT example per agent with its plain system prompt (`optima_train.sft_data`).
+4. **training**: TRL `SFTTrainer` with a LoRA adapter (or full fine-tuning) from `M_i` (or the
+   base model, `train.init="base"`); the adapter is merged and saved as a plain HF folder,
+   `M_{i+1}`. No selected example: the step records that and `M_{i+1} = M_i`.
+5. **evaluation**: greedy dialogues on the held-out questions with `M_{i+1}`.
+
+Each step writes a `DONE.json` last; a restarted run skips finished steps (`run_dir`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from optima_envs.errors import ConfigError
+from optima_train.config_io import config_to_dict
+from optima_train.isft.isft_config import ISFTConfig
+from optima_train.run_dir import RunDir, atomic_dir, atomic_write_json, read_json
+
+__all__ = ["ISFTTrainer", "PolicyFactory", "StepHook"]
+
+PolicyFactory = Callable[[str, Any], Any]
+"""Builds a policy from (model folder or name, SamplingParams). None: from `generation.backend`."""
+
+StepHook = Callable[[int | str, str, Mapping[str, Any]], None]
+"""Called after each finished step with (stage, step, DONE info); tests use it to interrupt runs."""
+
+_EPISODES = "episodes"  # an episode buffer directory (optima_train.buffers)
+
+
+def _save_records(path: Path, records: list[Any]) -> None:
+    from optima_train.buffers import write_episodes
+
+    write_episodes(path, records, metadata={"writer": "isft"})
+
+
+def _load_records(path: Path) -> list[Any]:
+    from optima_train.buffers import read_episodes
+
+    return read_episodes(path)
+
+
+class ISFTTrainer:
+    """Runs (or resumes) an iSFT run described by an `ISFTConfig`.
+
+    Args:
+        config: the run's config.
+        policy_factory: optional; builds generation/evaluation policies (tests pass scripted ones).
+        reference_loss: optional per-utterance loss function (tests pass a fake); default a
+            `ReadabilityScorer` on `model.reference` (or the starting model), cached in the run.
+        on_step_done: optional hook after every finished step.
+        console: a `rich` console for progress lines (default: a new one).
+    """
+
+    def __init__(self, config: ISFTConfig, *, policy_factory: PolicyFactory | None = None,
+                 reference_loss: Callable | None = None, on_step_done: StepHook | None = None, console: Any = None):
+        self.config = config
+        self.run_dir = RunDir(config.run.output_dir)
+        self._policy_factory = policy_factory
+        self._reference_loss = reference_loss
+        self._on_step_done = on_step_done
+        self._policy: tuple[str, Any] | None = None
+        self._base_path: str | None = None
+        if console is None:
+            from rich.console import Console
+
+            console = Console(stderr=True)
+        self.console = console
+        self.steps_run: list[tuple[int | str, str]] = []
+
+    # ------------------------------------------------------------------ checks
+    def check_resources(self) -> None:
+        """Fail fast, before any work: the env and its data, the models.
+
+        Raises:
+            ConfigError: an unknown env id, bad env kwargs or missing data, or a missing model.
+        """
+        import optima_envs
+        from optima_agents.models import ModelNotFoundError, resolve_model
+        from optima_envs.errors import OptimaError
+
+        cfg = self.config
+        for what, kwargs in (("task.train_env_kwargs", cfg.task.train_kwargs()), ("task.eval_env_kwargs", cfg.task.eval_kwargs())):
+            try:
+                env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(kwargs))
+                env.reset(seed=0, options={"index": cfg.task.train_first_index if "train" in what else cfg.task.eval_first_index})
+            except OptimaError as error:
+                raise ConfigError(f"task.env_id={cfg.task.env_id!r} with {what}={kwargs}: {error}") from None
+        for name, value in (("model.name", cfg.model.name), ("model.reference", cfg.model.reference)):
+            if value is None:
+                continue
+            try:
+                path = resolve_model(value)
+            except ModelNotFoundError as error:
+                raise ConfigError(f"{name}={value!r}: {error}") from None
+            if name == "model.name":
+                self._base_path = path
+
+    def _env_kwargs(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(kwargs)
+        if self.config.generation.max_turns is not None:
+            out["max_turns"] = self.config.generation.max_turns
+        return out
+
+    @property
+    def base_model(self) -> str:
+        if self._base_path is None:
+            from optima_agents.models import resolve_model
+
+            self._base_path = resolve_model(self.config.model.name)
+        return self._base_path
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> list[dict[str, Any]]:
+        """Run every iteration not finished yet; returns one summary per iteration."""
+        cfg = self.config
+        self.check_resources()
+        if cfg.run.num_threads is not None:
+            import torch
+
+            torch.set_num_threads(cfg.run.num_threads)
+        with self.run_dir.lock():
+            resumed = self.run_dir.check_config(config_to_dict(cfg), may_change=ISFTConfig.RESUMABLE)
+            if resumed:
+                done = self.run_dir.finished_iterations(("generation", "scoring", "selection", "training"))
+                self.console.print(f"[bold]resuming[/] {self.run_dir.root}: {len(done)} iteration(s) finished")
+            if cfg.eval.baseline:
+                self._step("baseline", "evaluation", lambda folder: self._evaluation(folder, self.base_model))
+            summaries = []
+            for it in range(cfg.run.iterations):
+                summaries.append(self._iteration(it))
+            return summaries
+
+    def _evaluates(self, it: int) -> bool:
+        return (it + 1) % self.config.eval.every == 0 or it == self.config.run.iterations - 1
+
+    def _iteration(self, it: int) -> dict[str, Any]:
+        info: dict[str, dict[str, Any]] = {}
+        info["generation"] = self._step(it, "generation", lambda f: self._generation(f, it))
+        info["scoring"] = self._step(it, "scoring", lambda f: self._scoring(f, it))
+        info["selection"] = self._step(it, "selection", lambda f: self._selection(f, it))
+        info["training"] = self._step(it, "training", lambda f: self._training(f, it))
+        if self._evaluates(it):
+            info["evaluation"] = self._step(it, "evaluation", lambda f: self._evaluation(f, self.model_after(it)))
+        summary = self._summary(it, info)
+        atomic_write_json(self.run_dir.stage_dir(it) / "metrics.json", {"iteration": it, "summary": summary, "steps": info})
+        self._write_run_summary(it, summary)
+        self.console.print(self._summary_line(summary))
+        return summary
+
+    def _step(self, stage: int | str, step: str, fn: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+        if self.run_dir.is_done(stage, step):
+            return self.run_dir.done_info(stage, step)
+        label = stage if isinstance(stage, str) else f"iter {stage}"
+        self.console.print(f"[cyan]{label}[/] {step} ...")
+        folder = self.run_dir.begin_step(stage, step)
+        start = time.perf_counter()
+        info = fn(folder)
+        info = {**info, "seconds": round(time.perf_counter() - start, 3)}
+        self.run_dir.mark_done(stage, step, info)
+        self.steps_run.append((stage, step))
+        if self._on_step_done is not None:
+            self._on_step_done(stage, step, info)
+        return info
+
+    # ------------------------------------------------------------------ models
+    def model_before(self, it: int) -> str:
+        """The model that generates iteration `it`'s dialogues."""
+        return self.base_model if it == 0 else self.model_after(it - 1)
+
+    def model_after(self, it: int) -> str:
+        """The checkpoint iteration `it` produced (its training step's record)."""
+        return str(self.run_dir.done_info(it, "training")["checkpoint"])
+
+    def _policy_for(self, model: str, sampling: Any) -> Any:
+        if self._policy_factory is not None:
+            return self._policy_factory(model, sampling)
+        g = self.config.generation
+        if self._policy is not None and self._policy[0] == model and hasattr(self._policy[1], "with_sampling"):
+            return self._policy[1].with_sampling(sampling)
+        self._policy = None  # free the previous model before loading the next
+        from optima_train.evaluation import build_policy
+
+        policy = build_policy(g.backend, model, sampling, dtype=self.config.model.dtype, batch_size=g.batch_size,
+                              device=self.config.model.resolved_device(), backend_kwargs=g.backend_kwargs)
+        self._policy = (model, policy)
+        return policy
+
+    def _sampling(self, *, greedy: bool) -> Any:
+        from optima_agents.policies import SamplingParams
+
+        g, e = self.config.generation, self.config.eval
+        if greedy:
+            return SamplingParams(temperature=0.0, max_new_tokens=e.max_new_tokens or g.max_new_tokens, seed=None)
+        return SamplingParams(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_new_tokens,
+                              seed=self.config.run.seed)
+
+    # ------------------------------------------------------------------ steps
+    def _generation(self, folder: Path, it: int) -> dict[str, Any]:
+        from optima_agents.rollout import EpisodeSpec, RolloutEngine, derive_seed
+
+        cfg, t, g = self.config, self.config.task, self.config.generation
+        options = {"format_instruction": "sample"} if it == 0 and g.format_pool_first_iteration else {}
+        specs = [EpisodeSpec(seed=derive_seed(cfg.run.seed, it, q, j), index=q, options=options)
+                 for q in range(t.train_first_index, t.train_first_index + t.train_questions)
+                 for j in range(g.samples_per_question)]
+        policy = self._policy_for(self.model_before(it), self._sampling(greedy=False))
+        engine = RolloutEngine(t.env_id, policy, env_kwargs=self._env_kwargs(t.train_kwargs()), max_live=g.max_live,
+                               progress=cfg.run.progress)
+        records = engine.run(specs)
+        _save_records(folder / _EPISODES, records)
+        stats = engine.last_stats
+        ran = [r for r in records if not r.infra_failure]
+        return {"model": self.model_before(it), "episodes": len(records), "infra_failures": stats.infra_failures,
+                "generated_tokens": stats.generated_tokens, "tokens_per_s": round(stats.tokens_per_s, 2),
+                "mean_tokens": _mean([r.total_tokens for r in ran]),
+                "mean_score": _mean([r.score for r in ran if r.scored])}
+
+    def _scoring(self, folder: Path, it: int) -> dict[str, Any]:
+        from optima_train.rewards import DialogueSample, Turn, compute_rewards
+
+        r = self.config.reward
+        records = _load_records(self.run_dir.step_dir(it, "generation") / _EPISODES)
+        samples = [DialogueSample(group=rec.instance_id, agents=tuple(rec.agents),
+                                  utterances=tuple(Turn(x.speaker, x.text) for x in rec.turns), tokens=rec.total_tokens,
+                                  score=rec.score, score_ok=rec.score_ok, infra_failed=rec.infra_failure)
+                   for rec in records]
+        loss_fn = self._reference() if r.lambda_loss > 0 else None
+        batch = compute_rewards(samples, weights=r.weights(), turn_loss=loss_fn,
+                                token_normalization=r.token_normalization, token_percentile=r.token_percentile,
+                                repeat_ratio=r.repeat_ratio, repeat_min_chars=r.repeat_min_chars)
+        scored = [replace(rec, reward_components={**rec.reward_components, **_floats(res.components)})
+                  for rec, res in zip(records, batch.results)]
+        _save_records(folder / _EPISODES, scored)
+        rewards = [res.reward for res in batch.results if res.reward is not None]
+        means = {}
+        for key in ("score", "tokens", "token_cost", "readability", "format_rate", "max_turn_lm_loss"):
+            means[key] = _mean([res.components.get(key) for res in batch.results if res.reward is not None])
+        return {"episodes": len(records), "ranked": len(rewards), "excluded": batch.excluded,
+                "mean_reward": _mean(rewards), "component_means": means,
+                "readability_texts": batch.readability_texts,
+                "readability_computed": getattr(loss_fn, "computed", None)}
+
+    def _reference(self) -> Callable:
+        if self._reference_loss is None:
+            from optima_train.rewards import ReadabilityScorer
+
+            ref = self.config.model.reference or self.base_model
+            self._reference_loss = ReadabilityScorer(ref, dtype=self.config.model.dtype,
+                                                     device=self.config.model.resolved_device(),
+                                                     max_batch_tokens=self.config.reward.readability_batch_tokens,
+                                                     cache_path=self.run_dir.readability_cache)
+        return self._reference_loss
+
+    def _selection(self, folder: Path, it: int) -> dict[str, Any]:
+        from transformers import AutoTokenizer
+
+        import optima_envs
+        from optima_train.selection import Candidate, select_best
+        from optima_train.sft_data import (
+            build_sft_examples,
+            plain_system_prompts,
+            write_sft_dataset,
+        )
+
+        cfg, s = self.config, self.config.selection
+        records = _load_records(self.run_dir.step_dir(it, "scoring") / _EPISODES)
+        n = cfg.generation.samples_per_question
+        candidates = [Candidate(key=pos, group=rec.instance_id, reward=rec.reward_components.get("reward"),
+                                score=rec.score, tokens=rec.total_tokens, sample_index=pos % n,
+                                excluded=None if rec.scored else ("infra_failure" if rec.infra_failure else "scoring_failure"))
+                      for pos, rec in enumerate(records)]
+        result = select_best(candidates, keep_fraction=s.keep_fraction, reward_threshold=s.reward_threshold,
+                             min_score=s.min_score)
+        env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(cfg.task.train_kwargs()))
+        tokenizer = AutoTokenizer.from_pretrained(self.model_before(it))
+        rows, chosen = [], []
+        for c in result.selected:
+            rec = records[c.key]
+            for ex in build_sft_examples(rec, plain_system_prompts(env, rec), tokenizer, episode_id=f"{it}:{c.key}"):
+                rows.append(ex.to_row())
+            chosen.append({"episode": c.key, "instance_id": rec.instance_id, "reward": c.reward, "score": c.score,
+                           "tokens": c.tokens, "format_instruction": rec.format_instruction})
+        write_sft_dataset(folder / "sft.parquet", rows)
+        atomic_write_json(folder / "selection.json", {"stats": result.stats, "selected": chosen})
+        return {**result.stats, "examples": len(rows),
+                "loss_tokens": sum(sum(r["assistant_masks"]) for r in rows),
+                "mean_selected_tokens": _mean([c["tokens"] for c in chosen]),
+                "mean_selected_score": _mean([c["score"] for c in chosen])}
+
+    def _training(self, folder: Path, it: int) -> dict[str, Any]:
+        cfg = self.config
+        if self.run_dir.done_info(it, "selection").get("examples", 0) == 0:
+            self.console.print(f"[yellow]iter {it}: no dialogue was selected; the model is unchanged[/]")
+            return {"skipped": "no selected examples", "checkpoint": self.model_before(it), "examples": 0,
+                    "train_loss": None}
+        init = self.model_before(it) if cfg.train.init == "previous" else self.base_model
+        self._policy = None  # free the generation model's memory for training
+        return train_sft(cfg, self.run_dir.step_dir(it, "selection") / "sft.parquet", init, folder,
+                         seed=cfg.run.seed + it)
+
+    def evaluate_model(self, model: str, stage: str, *, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Evaluate any model on this run's held-out set as a resumable step `<run>/<stage>/evaluation`
+        (e.g. the starting model with a "be concise" instruction: `options={"format_instruction": ...}`)."""
+        with self.run_dir.lock():
+            return self._step(stage, "evaluation", lambda f: self._evaluation(f, model, options))
+
+    def _evaluation(self, folder: Path, model: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        from optima_train.evaluation import evaluate
+
+        cfg = self.config
+        policy = self._policy_for(model, self._sampling(greedy=True))
+        result, records = evaluate(policy, cfg.task.env_id, env_kwargs=self._env_kwargs(cfg.task.eval_kwargs()),
+                                   episodes=cfg.eval.episodes, first_index=cfg.task.eval_first_index,
+                                   seed=cfg.run.seed + 1_000_000, options=options, max_live=cfg.generation.max_live,
+                                   progress=cfg.run.progress, model_name=model)
+        _save_records(folder / _EPISODES, records)
+        info = {**result.to_dict(), "options": dict(options or {})}
+        atomic_write_json(folder / "metrics.json", info)
+        return info
+
+    # ------------------------------------------------------------------ summaries
+    def _summary(self, it: int, info: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        ev = info.get("evaluation")
+        return {
+            "iteration": it,
+            "heldout_score": ev["score"]["mean"] if ev else None,
+            "heldout_score_ci": [ev["score"]["low"], ev["score"]["high"]] if ev else None,
+            "heldout_tokens": ev["tokens"]["mean"] if ev else None,
+            "heldout_tokens_ci": [ev["tokens"]["low"], ev["tokens"]["high"]] if ev else None,
+            "sample_mean_score": info["generation"].get("mean_score"),
+            "sample_mean_tokens": info["generation"].get("mean_tokens"),
+            "mean_reward": info["scoring"].get("mean_reward"),
+            "kept_dialogues": info["selection"].get("selected"),
+            "kept_examples": info["selection"].get("examples"),
+            "train_loss": info["training"].get("train_loss"),
+            "checkpoint": info["training"].get("checkpoint"),
+            "seconds": {k: v.get("seconds") for k, v in info.items()},
+        }
+
+    @staticmethod
+    def _summary_line(s: Mapping[str, Any]) -> str:
+        def fmt(x: Any, spec: str = ".3f") -> str:
+            return "n/a" if x is None else format(x, spec)
+
+        secs = " ".join(f"{k[:5]} {v:.0f}s" for k, v in s["seconds"].items() if v is not None)
+        return (f"[bold green]iter {s['iteration']}[/] held-out score {fmt(s['heldout_score'])} | "
+                f"tokens {fmt(s['heldout_tokens'], '.1f')} | kept {s['kept_examples']} examples "
+                f"({s['kept_dialogues']} dialogues) | train loss {fmt(s['train_loss'], '.4f')} | {secs}")
+
+    def _write_run_summary(self, it: int, summary: Mapping[str, Any]) -> None:
+        path = self.run_dir.summary_path
+        rows = [r for r in (read_json(path) if path.exists() else {}).get("iterations", []) if r["iteration"] != it]
+        rows = sorted([*rows, dict(summary)], key=lambda r: r["iteration"])
+        baseline = self.run_dir.done_info("baseline", "evaluation") if self.run_dir.is_done("baseline", "evaluation") else None
+        atomic_write_json(path, {"baseline": baseline, "iterations": rows})
+        _tensorboard_scalars(self.run_dir.root / "tensorboard", it, summary)
+
+
+def train_sft(cfg: ISFTConfig, data: Path, init: str, folder: Path, *, seed: int) -> dict[str, Any]:
+    """One SFT round: LoRA (merged) or full fine-tuning of `init` on `data`; saves the checkpoint."""
+    import datasets
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.integrations import TensorBoardCallback
+    from trl import SFTConfig, SFTTrainer
+
+    t = cfg.train
+    if not cfg.run.progress:
+        import transformers
+
+        datasets.disable_progress_bars()
+        transformers.utils.logging.disable_progress_bar()
+    dataset = datasets.Dataset.from_parquet(str(data)).select_columns(["input_ids", "assistant_masks"])
+    tokenizer = AutoTokenizer.from_pretrained(init)
+    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
+    peft_config = None
+    if cfg.lora.enabled:
+        from peft import LoraConfig
+
+        targets: Any = cfg.lora.target_modules
+        targets = "all-linear" if list(targets) == ["all-linear"] else list(targets)
+        peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                                 target_modules=targets, task_type="CAUSAL_LM")
+    args = SFTConfig(
+        output_dir=str(folder / "trainer"), report_to="none", save_strategy="no", seed=seed,
+        learning_rate=t.learning_rate, num_train_epochs=t.num_train_epochs, max_steps=t.max_steps,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps, max_length=t.max_length,
+        lr_scheduler_type=t.lr_scheduler_type, warmup_steps=t.warmup_steps, weight_decay=t.weight_decay,
+        bf16=t.bf16, gradient_checkpointing=t.gradient_checkpointing, logging_steps=t.logging_steps,
+        use_cpu=cfg.model.resolved_device() == "cpu", disable_tqdm=not cfg.run.progress, **t.extra,
+    )
+    writer = SummaryWriter(log_dir=str(folder / "logs"))
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                         peft_config=peft_config, callbacks=[TensorBoardCallback(writer)])
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    output = trainer.train()
+    writer.close()
+    trained = trainer.model.merge_and_unload() if peft_config is not None else trainer.model
+    with atomic_dir(folder / "checkpoint") as tmp:
+        trained.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    history = trainer.state.log_history
+    atomic_write_json(folder / "train.json", {"log_history": history, "metrics": output.metrics})
+    losses = [h["loss"] for h in history if "loss" in h]
+    return {"checkpoint": str(folder / "checkpoint"), "init": init, "examples": len(dataset),
+            "steps": output.global_step, "train_loss": output.training_loss,
+            "last_logged_loss": losses[-1] if losses else None, "trainable_parameters": trainable,
+            "lora": cfg.lora.enabled}
+
+
+def _tensorboard_scalars(logdir: Path, it: int, summary: Mapping[str, Any]) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(log_dir=str(logdir)) as writer:
+        for key in ("heldout_score", "heldout_tokens", "sample_mean_score", "sample_mean_tokens", "mean_reward",
+                    "kept_examples", "train_loss"):
+            if summary.get(key) is not None:
+                writer.add_scalar(f"isft/{key}", float(summary[key]), it)
+
+
+def _floats(components: Mapping[str, Any]) -> dict[str, float | None]:
+    return {k: None if v is None else float(v) for k, v in components.items()}
+
+
+def _mean(values: Any) -> float | None:
+    present = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    return round(sum(present) / len(present), 6) if present else None

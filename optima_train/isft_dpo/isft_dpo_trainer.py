@@ -1,0 +1,102 @@
+"""`ISFTDPOTrainer`: alternate iSFT and iDPO stages (DESIGN.md section 2), resumable.
+
+Each stage is a full run of its own trainer (`ISFTTrainer`, `IDPOTrainer`) in its own folder,
+so it has the same layout, logs, step markers and resume behaviour:
+
+    <run>/
+      config.yaml, run.lock, summary.json, tensorboard/
+      cycle_000/isft/   an iSFT run from the starting model (baseline evaluation here)
+      cycle_000/idpo/   an iDPO run from cycle_000/isft's last checkpoint
+      cycle_001/isft/   an iSFT run from cycle_000/idpo's last checkpoint
+      ...
+
+A killed run restarted with the same command finds every finished step of every stage and
+goes on from the first unfinished one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from optima_train.config_io import config_to_dict
+from optima_train.idpo.idpo_trainer import IDPOTrainer
+from optima_train.isft.isft_trainer import ISFTTrainer
+from optima_train.isft_dpo.isft_dpo_config import ISFTDPOConfig
+from optima_train.run_dir import RunDir, atomic_write_json
+
+__all__ = ["ISFTDPOTrainer"]
+
+
+class ISFTDPOTrainer:
+    """Runs (or resumes) an iSFT-DPO run described by an `ISFTDPOConfig`.
+
+    Args:
+        config: the run's config.
+        policy_factory, reference_loss, on_step_done, console: passed to both stage trainers
+            (see `ISFTTrainer`); `on_step_done` gets the stage as `"cycle_000/isft:0"`-style labels.
+    """
+
+    def __init__(self, config: ISFTDPOConfig, *, policy_factory: Callable | None = None,
+                 reference_loss: Callable | None = None, on_step_done: Callable | None = None, console: Any = None):
+        self.config = config
+        self.run_dir = RunDir(config.run.output_dir)
+        self._kwargs = {"policy_factory": policy_factory, "reference_loss": reference_loss, "console": console}
+        self._on_step_done = on_step_done
+        self.steps_run: list[tuple[str, str]] = []
+        if console is None:
+            from rich.console import Console
+
+            self._kwargs["console"] = Console(stderr=True)
+        self.console = self._kwargs["console"]
+
+    def train(self) -> list[dict[str, Any]]:
+        """Run every stage not finished yet; returns one row per stage iteration."""
+        from optima_agents.models import resolve_model
+
+        cfg = self.config
+        base = resolve_model(cfg.model.name)
+        rows: list[dict[str, Any]] = []
+        with self.run_dir.lock():  # the stages lock their own folders too
+            if self.run_dir.check_config(config_to_dict(cfg), may_change=ISFTDPOConfig.RESUMABLE):
+                self.console.print(f"[bold]resuming[/] {self.run_dir.root}")
+            model = base
+            for cycle in range(cfg.cycles.count):
+                subs = cfg.sub_configs(cycle, start_model=model, base_model=base, output_dir=str(self.run_dir.root))
+                first_row = len(rows)
+                isft = ISFTTrainer(subs["isft"], on_step_done=self._hook(cycle, "isft"), **self._kwargs)
+                rows += [self._row(cycle, "isft", s) for s in isft.train()]
+                model = isft.model_after(cfg.cycles.isft_iterations - 1)
+                idpo = IDPOTrainer(subs["idpo"](model), on_step_done=self._hook(cycle, "idpo"), **self._kwargs)
+                rows += [self._row(cycle, "idpo", s) for s in idpo.train()]
+                model = idpo.model_after(cfg.cycles.idpo_iterations - 1)
+                self._write_summary(rows, first_row)
+        return rows
+
+    def _hook(self, cycle: int, stage: str) -> Callable[[Any, str, Mapping[str, Any]], None]:
+        def hook(sub_stage: Any, step: str, info: Mapping[str, Any]) -> None:
+            label = f"cycle_{cycle:03d}/{stage}:{sub_stage}"
+            self.steps_run.append((label, step))
+            if self._on_step_done is not None:
+                self._on_step_done(label, step, info)
+
+        return hook
+
+    @staticmethod
+    def _row(cycle: int, stage: str, summary: Mapping[str, Any]) -> dict[str, Any]:
+        keep = ("heldout_score", "heldout_score_ci", "heldout_tokens", "heldout_tokens_ci", "train_loss", "checkpoint",
+                "kept_examples", "kept_pairs", "mean_gap", "seconds")
+        return {"cycle": cycle, "stage": stage, "iteration": summary["iteration"],
+                **{k: summary.get(k) for k in keep}}
+
+    def _write_summary(self, rows: list[dict[str, Any]], first_new: int) -> None:
+        baseline_dir = RunDir(self.run_dir.root / "cycle_000" / "isft")
+        baseline = baseline_dir.done_info("baseline", "evaluation") if baseline_dir.is_done("baseline", "evaluation") \
+            else None
+        atomic_write_json(self.run_dir.summary_path, {"baseline": baseline, "stages": rows})
+        from torch.utils.tensorboard import SummaryWriter
+
+        with SummaryWriter(log_dir=str(self.run_dir.root / "tensorboard")) as writer:
+            for step, row in enumerate(rows[first_new:], start=first_new):
+                for key in ("heldout_score", "heldout_tokens", "train_loss"):
+                    if row.get(key) is not None:
+                        writer.add_scalar(f"isft_dpo/{key}", float(row[key]), step)

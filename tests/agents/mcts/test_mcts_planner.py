@@ -1,0 +1,132 @@
+import numpy as np
+import pytest
+
+import optima_envs
+from optima_agents.mcts import MCTSConfig, MCTSPlanner, PairConfig, TreeTask, extract_pairs
+from optima_agents.mcts.errors import EnvNotSearchableError
+from optima_agents.mcts.reward import score_only_reward
+
+from .scripted_policies import SeededChoice, TurnScript, first_utterance_reward
+
+GOOD, BAD1, BAD2 = "I say <A>good</A>", "I say <A>bad one</A>", "I say <A>bad two</A>"
+VALUES = {GOOD: 1.0, BAD1: 0.0, BAD2: 0.25}
+
+
+def _env():
+    return optima_envs.make("synth-hop-ia")
+
+
+def _search(policy, config, tasks=(TreeTask("q0", seed=0),), reward=None):
+    planner = MCTSPlanner(policy, reward or first_utterance_reward(VALUES), config)
+    return planner.search(_env(), list(tasks))
+
+
+class TestExpansion:
+    def test_root_then_best_child_is_expanded(self):
+        # turn 0: three different openers; turn 1: Bob agrees with Alice (same answer) -> the dialogue ends
+        policy = TurnScript({0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>", "<A>bad one</A>", "<A>bad two</A>"]})
+        config = MCTSConfig(iterations=2, selection_temperature=1e-3, seed=0)
+        result = _search(policy, config)
+        tree = result.trees[0]
+        tree.check_invariants()
+        openers = tree.children(0)
+        assert [n.text for n in openers] == [GOOD, BAD1, BAD2]
+        assert [n.value for n in openers] == [1.0, 0.0, 0.25]
+        assert tree.root.expanded_iteration == 0
+        # iteration 1: the softmax at temperature 1e-3 picks the best opener
+        assert openers[0].expanded_iteration == 1
+        assert [n.expanded for n in openers[1:]] == [False, False]
+        # its three rollouts: Bob's replies cycle, only "<A>good</A>" ends the dialogue at once
+        assert openers[0].visits == 4 and openers[0].value == 1.0
+        assert tree.root.visits == 6
+        assert result.stats["rollouts"] == 6 and result.stats["iterations"] == 2
+
+    def test_terminal_nodes_are_never_expanded(self):
+        policy = TurnScript({0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>", "<A>bad one</A>", "<A>bad two</A>"]})
+        result = _search(policy, MCTSConfig(iterations=6, seed=3))
+        tree = result.trees[0]
+        tree.check_invariants()
+        assert all(not (n.terminal and n.expanded) for n in tree)
+        assert sum(n.expanded for n in tree) == result.stats["iterations"]
+
+    def test_pairs_from_a_search(self):
+        policy = TurnScript({0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>", "<A>bad one</A>", "<A>bad two</A>"]})
+        tree = _search(policy, MCTSConfig(iterations=1)).trees[0]
+        pairs = extract_pairs([tree], PairConfig()).kept
+        assert [(p.node_id, p.chosen_id, p.rejected_id, p.speaker) for p in pairs] == [(0, 1, 2, "alice")]
+        assert pairs[0].gap == 1.0
+
+    def test_similar_utterances_merge_into_one_child(self):
+        policy = TurnScript({0: [GOOD, GOOD + ".", GOOD + "!"], 1: ["<A>good</A>"]})
+        tree = _search(policy, MCTSConfig(iterations=1)).trees[0]
+        tree.check_invariants()
+        assert [n.text for n in tree.children(0)] == [GOOD]
+        assert tree.children(0)[0].merges == 2 and tree.children(0)[0].visits == 3
+        # and with merging off they stay apart
+        policy = TurnScript({0: [GOOD, GOOD + ".", GOOD + "!"], 1: ["<A>good</A>"]})
+        tree = _search(policy, MCTSConfig(iterations=1, merge_similarity=0.0)).trees[0]
+        assert len(tree.children(0)) == 3
+
+    def test_max_depth_cuts_dialogues_and_exhausts_the_tree(self):
+        policy = TurnScript({0: [GOOD, BAD1, BAD2]})
+        result = _search(policy, MCTSConfig(iterations=3, max_depth=1))
+        tree = result.trees[0]
+        assert [n.end_reason for n in tree.children(0)] == ["max_depth"] * 3
+        assert tree.exhausted and result.stats["iterations"] == 1
+
+
+class TestBatchingAndDeterminism:
+    def test_one_call_carries_every_tree_and_rollout(self):
+        policy = TurnScript({0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>", "<A>bad one</A>", "<A>bad two</A>"]})
+        tasks = [TreeTask(f"q{i}", seed=i) for i in range(4)]
+        _search(policy, MCTSConfig(iterations=1), tasks)
+        assert policy.calls[0] == 4 * 3
+
+    def test_same_seed_same_trees_regardless_of_other_trees(self):
+        options = [GOOD, BAD1, BAD2, "<A>good</A>", "hmm", "<A>bad one</A>"]
+        config = MCTSConfig(iterations=4, seed=11)
+        alone = _search(SeededChoice(options), config, [TreeTask("q0", seed=0)]).trees[0]
+        again = _search(SeededChoice(options), config, [TreeTask("q0", seed=0)]).trees[0]
+        batched = _search(SeededChoice(options), config, [TreeTask("q0", seed=0), TreeTask("q1", seed=1)]).trees[0]
+        assert alone.node_rows() == again.node_rows() == batched.node_rows()
+        other = _search(SeededChoice(options), MCTSConfig(iterations=4, seed=12), [TreeTask("q0", seed=0)]).trees[0]
+        assert other.node_rows() != alone.node_rows()
+        for tree in (alone, batched):
+            tree.check_invariants()
+
+    def test_snapshots_match_paths(self):
+        options = [GOOD, BAD1, "<A>good</A>", "hmm", "hmm!"]
+        tree = _search(SeededChoice(options), MCTSConfig(iterations=5, seed=2)).trees[0]
+        for node in tree:
+            texts = [m.text for m in node.snapshot.state.messages]
+            assert texts == [n.text for n in tree.path(node.node_id)[1:]]
+
+
+class TestFailures:
+    def test_failed_turns_drop_their_rollout(self):
+        policy = TurnScript({0: [GOOD, BAD1, BAD2], 1: ["hmm", "<A>bad one</A>", "<A>bad two</A>"],
+                             2: ["<A>good</A>"]}, fail={(2, 0)})
+        result = _search(policy, MCTSConfig(iterations=1))
+        tree = result.trees[0]
+        tree.check_invariants()
+        assert result.stats["dropped_rollouts"] == 1 and result.stats["rollouts"] == 2
+        good = tree.children(0)[0]
+        assert good.visits == 0 and not good.expanded
+        pairs = extract_pairs([tree], PairConfig(min_chosen_value=0.0, min_gap=0.0)).qualifying
+        assert [(p.chosen_id, p.rejected_id) for p in pairs] == [(3, 2)]  # the unscored opener (node 1) is left out
+
+    def test_env_without_snapshots_is_refused(self):
+        with pytest.raises(EnvNotSearchableError, match="lacks"):
+            MCTSPlanner(TurnScript({}), score_only_reward).search(object(), [TreeTask("q")])
+
+
+class TestEnvScore:
+    def test_score_only_reward_uses_the_env_score(self):
+        env = _env()
+        env.reset(seed=0)
+        gold = env.state.instance.gold_text
+        policy = TurnScript({0: [f"<A>{gold}</A>", "<A>nowhere</A>", "<A>nowhere</A>"],
+                             1: [f"<A>{gold}</A>", "<A>nowhere</A>", "<A>nowhere</A>"]})
+        tree = _search(policy, MCTSConfig(iterations=1), reward=score_only_reward).trees[0]
+        assert [n.value for n in tree.children(0)] == [1.0, 0.0]
+        assert np.isclose(tree.root.value, 1 / 3)

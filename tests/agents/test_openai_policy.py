@@ -1,0 +1,185 @@
+"""`OpenAIPolicy` through real sockets: a real vLLM server, and HTTP doubles for the faults.
+
+Faults are infrastructure, never answers: a killed server, a closed port, a slow endpoint and
+429/500 replies must end as retried requests or as `finish_reason="error"` actions that the
+rollout engine records as infra failures.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+import optima_envs
+from optima_agents.chat import chat_messages, encode_text, prompt_ids
+from optima_agents.policies import OpenAIPolicy, Policy, SamplingParams, TurnRequest
+from optima_agents.rollout import RolloutEngine, episode_specs
+from optima_agents.servers import free_port
+from tests.agents.conftest_servers import (  # noqa: F401  (fixtures)
+    Reply,
+    completion,
+    doomed_server,
+    server_policy,
+    stub_server,
+    vllm_server,
+)
+
+
+def ask(question: str, seed: int | None = 0) -> TurnRequest:
+    observation = {"agent": "alice", "system_prompt": "You are a helpful assistant.",
+                   "transcript": ({"speaker": "bob", "text": question},)}
+    return TurnRequest("alice", observation, seed=seed)
+
+
+def fast_policy(*urls: str, **kwargs) -> OpenAIPolicy:
+    """No tokenizer, short timeouts and backoff: fault tests finish in well under a second each."""
+    options = {"timeout_s": 2.0, "max_retries": 2, "backoff_s": 0.01, "tokenizer": None, **kwargs}
+    return OpenAIPolicy("stub-model", base_urls=list(urls), **options)
+
+
+class TestRequests:
+    def test_body_has_messages_seed_and_token_id_request(self, stub_server):
+        stub = stub_server()
+        policy = fast_policy(stub.base_url, sampling=SamplingParams(temperature=0.7, max_new_tokens=9, stop=("END",)))
+        requests = [ask("Hi?", seed=1), ask("Hi?", seed=2)]
+        actions = policy.act(requests)
+        assert all(not a.failed for a in actions)
+        bodies = sorted(stub.received, key=lambda b: b["seed"])
+        assert len(bodies) == 2
+        for body in bodies:
+            assert body["messages"] == chat_messages(requests[0].observation)
+            assert body["return_token_ids"] is True and body["n"] == 1
+            assert (body["max_tokens"], body["temperature"], body["stop"]) == (9, 0.7, ["END"])
+        # Per-request seeds: distinct per request seed, and the same on a second call.
+        assert bodies[0]["seed"] != bodies[1]["seed"]
+        assert {a.meta["seed"] for a in policy.act(requests)} == {b["seed"] for b in bodies}
+        assert all(0 <= b["seed"] < 2**63 for b in bodies)
+
+    def test_is_a_policy_with_identity(self, stub_server):
+        policy = fast_policy(stub_server().base_url)
+        assert isinstance(policy, Policy)
+        ident = policy.identity()
+        assert ident["backend"] == "openai" and ident["model"] == "stub-model"
+        assert ident["sampling"] == policy.sampling.to_dict()
+
+    def test_returned_ids_are_cleaned_with_the_tokenizer(self, stub_server, smollm_tokenizer):
+        ids = encode_text(smollm_tokenizer, "  Paris is the answer. ") + [smollm_tokenizer.eos_token_id]
+        stub = stub_server(default=Reply(body=completion("Paris is the answer.", token_ids=ids, prompt_token_ids=[1] * 11)))
+        action = fast_policy(stub.base_url, tokenizer=smollm_tokenizer).act([ask("?")])[0]
+        assert action.text == "Paris is the answer."
+        assert list(action.token_ids) == encode_text(smollm_tokenizer, "Paris is the answer.")
+        assert action.prompt_tokens == 11 and action.meta["token_ids_source"] == "server"
+
+    def test_without_ids_counts_with_the_tokenizer_and_says_so(self, stub_server, smollm_tokenizer):
+        stub = stub_server(default=Reply(body=completion("Paris.")))
+        action = fast_policy(stub.base_url, tokenizer=smollm_tokenizer).act([ask("?")])[0]
+        assert list(action.token_ids) == encode_text(smollm_tokenizer, "Paris.")
+        assert action.meta["token_ids_source"] == "tokenizer"
+        bare = fast_policy(stub.base_url).act([ask("?")])[0]
+        assert bare.text == "Paris." and bare.token_ids == () and bare.meta["token_ids_source"] == "none"
+
+    def test_requests_spread_over_base_urls(self, stub_server):
+        a, b = stub_server(default=Reply(delay_s=0.05)), stub_server(default=Reply(delay_s=0.05))
+        actions = fast_policy(a.base_url, b.base_url, concurrency=8).act([ask(str(i), seed=i) for i in range(16)])
+        used = Counter(action.meta["base_url"] for action in actions)
+        assert not any(x.failed for x in actions)
+        assert set(used) == {a.base_url.rstrip("/"), b.base_url.rstrip("/")}
+        assert min(used.values()) >= 4  # least-loaded routing keeps them roughly even
+        assert len(a.received) + len(b.received) == 16
+
+
+class TestFaults:
+    def test_429_then_500_are_retried_then_succeed(self, stub_server):
+        stub = stub_server([Reply(429, {"error": "slow down"}, headers={"retry-after": "0"}),
+                            Reply(500, {"error": "boom"})])
+        action = fast_policy(stub.base_url).act([ask("?")])[0]
+        assert not action.failed and action.text == "Hello there."
+        assert action.meta["attempts"] == 3 and len(stub.received) == 3
+
+    def test_retries_exhausted_is_an_error_action(self, stub_server):
+        stub = stub_server(default=Reply(503, {"error": "overloaded"}))
+        action = fast_policy(stub.base_url, max_retries=2).act([ask("?")])[0]
+        assert action.failed and action.finish_reason == "error" and action.text == ""
+        assert "after 3 attempts" in action.error and "HTTP 503" in action.error
+        assert len(stub.received) == 3
+
+    def test_client_errors_are_not_retried(self, stub_server):
+        stub = stub_server(default=Reply(400, {"error": "prompt too long"}))
+        action = fast_policy(stub.base_url).act([ask("?")])[0]
+        assert action.failed and "HTTP 400" in action.error and len(stub.received) == 1
+
+    def test_slow_endpoint_times_out(self, stub_server):
+        stub = stub_server(default=Reply(delay_s=3.0))
+        start = time.monotonic()
+        action = fast_policy(stub.base_url, timeout_s=0.3, max_retries=1).act([ask("?")])[0]
+        assert action.failed and "timed out" in action.error and action.meta["attempts"] == 2
+        assert time.monotonic() - start < 2.5
+
+    def test_slow_then_fast_succeeds_on_retry(self, stub_server):
+        stub = stub_server([Reply(delay_s=2.0)])
+        action = fast_policy(stub.base_url, timeout_s=0.3).act([ask("?")])[0]
+        assert not action.failed and action.meta["attempts"] == 2
+
+    def test_connection_refused(self):
+        url = f"http://127.0.0.1:{free_port()}/v1"
+        action = fast_policy(url).act([ask("?")])[0]
+        assert action.failed and "ConnectError" in action.error and action.meta["attempts"] == 3
+
+    def test_dead_replica_fails_over_to_a_live_one(self, stub_server):
+        live = stub_server()
+        dead = f"http://127.0.0.1:{free_port()}/v1"
+        actions = fast_policy(dead, live.base_url).act([ask(str(i), seed=i) for i in range(6)])
+        assert not any(a.failed for a in actions)
+        assert {a.meta["base_url"] for a in actions} == {live.base_url}
+
+    def test_server_killed_mid_run(self, doomed_server):
+        port = int(doomed_server.stdout.readline())
+        policy = fast_policy(f"http://127.0.0.1:{port}/v1", timeout_s=30.0)
+        result: list = []
+        worker = threading.Thread(target=lambda: result.extend(policy.act([ask(str(i), seed=i) for i in range(3)])))
+        worker.start()
+        for _ in range(3):  # all three requests are in flight on the server
+            assert doomed_server.stdout.readline().strip() == "request"
+        doomed_server.kill()
+        worker.join(timeout=20)
+        assert not worker.is_alive() and len(result) == 3
+        for action in result:
+            assert action.failed and action.meta["attempts"] == 3
+            assert "ConnectError" in action.error  # the retries found the port closed
+
+    def test_infra_failure_flags_the_episode(self):
+        policy = fast_policy(f"http://127.0.0.1:{free_port()}/v1", max_retries=1)
+        records = RolloutEngine("synth-hop-ia", policy, progress=False).run(episode_specs(2))
+        for record in records:
+            assert record.infra_failure and record.end_reason == "infra_failure"
+            assert record.score is None and "ConnectError" in record.error
+
+
+@pytest.mark.server
+@pytest.mark.model
+class TestRealServer:
+    def test_generates_with_exact_ids_and_same_prompt(self, server_policy, smollm_tokenizer):
+        requests = [ask("What is the capital of France?"), ask("Name three primary colors.")]
+        actions = server_policy.act(requests)
+        for request, action in zip(requests, actions):
+            assert not action.failed and action.text == action.text.strip() and action.text
+            assert list(action.token_ids) == encode_text(smollm_tokenizer, action.text)
+            assert action.meta["token_ids_source"] == "server"
+            # The server rendered the same chat template: same prompt length as the local rendering.
+            assert action.prompt_tokens == len(prompt_ids(request.observation, smollm_tokenizer))
+            assert action.meta["generated_tokens"] <= server_policy.sampling.max_new_tokens
+
+    def test_seeded_sampling_repeats(self, server_policy):
+        sampled = server_policy.with_sampling(SamplingParams(temperature=1.0, max_new_tokens=8))
+        requests = [ask("Tell me a word.", seed=s) for s in (1, 2, 3)]
+        first, second = sampled.act(requests), sampled.act(requests)
+        assert [a.text for a in first] == [a.text for a in second]
+
+    def test_rollout_through_the_server(self, server_policy):
+        env = optima_envs.make("synth-hop-ia", max_turns=2)
+        records = RolloutEngine(env, server_policy, progress=False).run(episode_specs(2))
+        for record in records:
+            assert not record.infra_failure and len(record.turns) == 2

@@ -1,0 +1,216 @@
+import re
+from pathlib import Path
+
+import pytest
+
+from optima_envs.errors import ConfigError
+from optima_train.config_io import from_dict, load_config
+from optima_train.idpo import IDPOConfig, IDPOTrainer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class TestIDPOConfig:
+    def test_paper_defaults(self):
+        c = IDPOConfig()
+        assert (c.mcts.iterations, c.mcts.rollouts_per_expansion, c.mcts.temperature) == (8, 3, 0.7)
+        assert (c.pairs.min_gap, c.pairs.keep_fraction) == (0.2, 0.5)
+        assert (c.train.beta, c.train.rpo_alpha, c.reward.token_percentile) == (0.1, 1.0, 85.0)
+        assert c.run.output_dir == "runs/idpo" and c.lora.enabled
+
+    def test_nested_sections_keep_their_defaults_when_partly_set(self):
+        c = from_dict(IDPOConfig, {"run": {"iterations": 3}, "reward": {"lambda_token": 0.4}})
+        assert c.run.output_dir == "runs/idpo" and c.reward.token_percentile == 85.0
+
+    def test_questions_per_iteration_move_on(self):
+        c = from_dict(IDPOConfig, {"task": {"train_questions": 5, "train_first_index": 10}, "run": {"iterations": 2}})
+        assert [list(c.train_indices(i)) for i in (0, 1)] == [[10, 11, 12, 13, 14], [15, 16, 17, 18, 19]]
+        c = from_dict(IDPOConfig, {"search": {"questions": 2, "new_questions_each_iteration": False}})
+        assert list(c.train_indices(3)) == [0, 1]
+
+    def test_overlap_with_held_out_questions_over_all_iterations(self):
+        same = {"train_env_kwargs": {}, "eval_env_kwargs": {}, "train_questions": 10, "eval_first_index": 15}
+        with pytest.raises(ConfigError, match=re.escape("training questions 0..19 (over all iterations) and held-out "
+                                                        "questions 15..214")):
+            from_dict(IDPOConfig, {"task": same, "run": {"iterations": 2}})
+        from_dict(IDPOConfig, {"task": same, "run": {"iterations": 1}})
+
+    @pytest.mark.parametrize("override,message", [
+        ("train.beta=0", "train.beta must be > 0, got 0.0"),
+        ("train.rpo_alpha=-1", "train.rpo_alpha must be >= 0 (0 is plain DPO), got -1.0"),
+        ("mcts.skip_similarity=2", "MCTS setting skip_similarity must be an edit-distance ratio in [0, 1], got 2.0"),
+        ("pairs.keep_scope=all", "'all' is not one of ['batch', 'tree']"),
+        ("train.extra={loss_type: ipo}", "train.extra sets ['loss_type'], which the iDPO config owns"),
+    ])
+    def test_bad_values_fail_at_parse_time(self, override, message):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_config(IDPOConfig, None, [override])
+
+    def test_max_depth_beyond_turn_limit(self):
+        with pytest.raises(ConfigError, match=re.escape("mcts.max_depth (6) exceeds search.max_turns (4)")):
+            load_config(IDPOConfig, None, ["mcts.max_depth=6", "search.max_turns=4"])
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "idpo").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_idpo_configs_parse(path):
+    load_config(IDPOConfig, path)
+
+
+def _tiny(tmp_path: Path, model: Path) -> IDPOConfig:
+    return from_dict(IDPOConfig, {
+        "task": {"env_id": "synth-hop-ia", "train_questions": 2},
+        "model": {"name": str(model)},
+        "search": {"max_turns": 3, "batch_size": 16},
+        "mcts": {"iterations": 2, "rollouts_per_expansion": 2, "max_new_tokens": 16, "temperature": 1.0},
+        "pairs": {"min_chosen_value": -10.0, "min_gap": 0.0, "keep_fraction": 1.0},
+        "reward": {"lambda_loss": 0.0},
+        "lora": {"r": 4, "alpha": 8},
+        "train": {"max_steps": 2, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
+                  "max_length": 512, "logging_steps": 1, "learning_rate": 1e-4},
+        "eval": {"episodes": 2, "baseline": False, "max_new_tokens": 16},
+        "run": {"output_dir": str(tmp_path / "run"), "iterations": 1, "progress": False, "num_threads": 1},
+    })
+
+
+class _Killed(Exception):
+    pass
+
+
+@pytest.mark.model
+def test_tiny_idpo_iteration_writes_everything_and_resumes_after_a_kill(tmp_path, embedded_model_dir):
+    import pyarrow.parquet as pq
+    import torch
+    from safetensors.torch import load_file
+
+    cfg = _tiny(tmp_path, embedded_model_dir)
+
+    def kill_after_search(stage, step, info):
+        if (stage, step) == (0, "search"):
+            raise _Killed
+
+    first = IDPOTrainer(cfg, on_step_done=kill_after_search)
+    with pytest.raises(_Killed):
+        first.train()
+    assert first.steps_run == [(0, "search")]
+    second = IDPOTrainer(cfg)
+    summaries = second.train()
+    assert second.steps_run == [(0, "training"), (0, "evaluation")]  # the search was not redone
+
+    run = tmp_path / "run"
+    search = run / "iter_000" / "search"
+    for name in ("trees.parquet", "rollouts.parquet", "pairs.parquet", "search.json", "DONE.json"):
+        assert (search / name).is_file(), name
+    pairs = pq.read_table(search / "pairs.parquet").to_pylist()
+    nodes = {(n["tree_id"], n["node_id"]): n for n in pq.read_table(search / "trees.parquet").to_pylist()}
+    assert pairs and any(p["kept"] for p in pairs)
+    for p in pairs:
+        assert nodes[(p["tree_id"], p["chosen_id"])]["text"] == p["chosen"]
+        assert nodes[(p["tree_id"], p["rejected_id"])]["parent_id"] == p["node_id"]
+        assert p["prompt"][0]["role"] == "system"
+    training = run / "iter_000" / "training"
+    assert (training / "checkpoint" / "config.json").is_file() and (training / "train.json").is_file()
+    assert list((training / "logs").glob("events.out.tfevents.*"))
+    assert (run / "iter_000" / "evaluation" / "metrics.json").is_file()
+    assert (run / "summary.json").is_file() and (run / "iter_000" / "metrics.json").is_file()
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    done = second.run_dir.done_info(0, "training")
+    assert done["steps"] == 2 and done["reference"] == "adapter-disabled" and done["pairs"] >= 1
+    # the LoRA adapter was merged: the checkpoint's weights moved away from the starting model's
+    before = load_file(str(embedded_model_dir / "model.safetensors"))
+    after = load_file(str(training / "checkpoint" / "model.safetensors"))
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.allclose(before[name].float(), after[name].float())
+    s = summaries[0]
+    assert s["kept_pairs"] >= 1 and s["heldout_score"] is not None and s["checkpoint"] == done["checkpoint"]
+
+
+# ---------------------------------------------------------------------- iSFT-DPO orchestration
+OPTIONS = ["I know <A>Griru</A>", "Facts: the founder was born in a city far away. <A>Losto</A>", "<A>Griru</A>",
+           "Let me think about this for a while, there are many facts to share. <A>Zemadail</A>", "ok"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A randomly initialised one-layer Llama with the embedded model's tokenizer: trains in moments."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from optima_agents.models.testing import ensure_test_model
+
+    source = ensure_test_model()
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _seeded_policy(model, sampling):
+    from tests.agents.mcts.scripted_policies import SeededChoice
+
+    return SeededChoice(OPTIONS)
+
+
+def test_isft_dpo_cycles_hand_over_models_and_resume(tmp_path, tiny_model):
+    from optima_train.isft_dpo import ISFTDPOConfig, ISFTDPOTrainer
+
+    cfg = from_dict(ISFTDPOConfig, {
+        "task": {"env_id": "synth-hop-ia", "train_questions": 2},
+        "model": {"name": str(tiny_model)},
+        "generation": {"samples_per_question": 2, "max_turns": 4},
+        "selection": {"min_score": None},
+        "sft": {"max_steps": 1, "per_device_train_batch_size": 2, "max_length": 256, "bf16": False},
+        "search": {"max_turns": 4, "questions": 1},
+        "mcts": {"iterations": 2, "rollouts_per_expansion": 2},
+        "pairs": {"min_chosen_value": -10.0, "min_gap": 0.0, "keep_fraction": 1.0},
+        "dpo": {"max_steps": 1, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
+                "max_length": 256, "bf16": False},
+        "reward": {"lambda_loss": 0.5},
+        "lora": {"r": 2, "alpha": 4},
+        "eval": {"episodes": 2, "baseline": True},
+        "cycles": {"count": 2},
+        "run": {"output_dir": str(tmp_path / "run"), "progress": False, "num_threads": 1},
+    })
+
+    def kill(stage, step, info):
+        if (stage, step) == ("cycle_001/isft:0", "generation"):
+            raise _Killed
+
+    kwargs = {"policy_factory": _seeded_policy, "reference_loss": lambda texts: [2.0 for _ in texts]}
+    first = ISFTDPOTrainer(cfg, on_step_done=kill, **kwargs)
+    with pytest.raises(_Killed):
+        first.train()
+    second = ISFTDPOTrainer(cfg, **kwargs)
+    rows = second.train()
+    assert [(r["cycle"], r["stage"]) for r in rows] == [(0, "isft"), (0, "idpo"), (1, "isft"), (1, "idpo")]
+    assert second.steps_run[0] == ("cycle_001/isft:0", "scoring")  # nothing before the kill was redone
+    run = tmp_path / "run"
+    # each stage starts from the previous stage's last checkpoint; the reference model stays the original
+    idpo0 = load_config(IDPOConfig, run / "cycle_000" / "idpo" / "config.yaml")
+    assert idpo0.model.name == rows[0]["checkpoint"] and idpo0.model.reference == str(tiny_model)
+    isft1 = yaml_load(run / "cycle_001" / "isft" / "config.yaml")
+    assert isft1["model"]["name"] == rows[1]["checkpoint"] and isft1["generation"]["format_pool_first_iteration"] is False
+    assert (run / "cycle_000" / "isft" / "baseline" / "evaluation" / "DONE.json").is_file()
+    assert not (run / "cycle_001" / "isft" / "baseline").exists()
+    assert rows[1]["kept_pairs"] >= 1 and rows[3]["checkpoint"].startswith(str(run / "cycle_001" / "idpo"))
+    summary = yaml_load(run / "summary.json")
+    assert summary["baseline"] is not None and len(summary["stages"]) == 4
+
+
+def yaml_load(path):
+    import yaml
+
+    return yaml.safe_load(Path(path).read_text())
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "isft_dpo").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_isft_dpo_configs_parse(path):
+    from optima_train.isft_dpo import ISFTDPOConfig
+
+    cfg = load_config(ISFTDPOConfig, path)
+    subs = cfg.sub_configs(cfg.cycles.count - 1, start_model="m", base_model="m", output_dir="runs/x")
+    subs["idpo"]("m2")  # both stages' configs are valid too
