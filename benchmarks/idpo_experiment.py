@@ -42,6 +42,7 @@ ISFT_CONFIG = ROOT / "configs" / "isft" / "synth_hop.yaml"
 IDPO_CONFIG = ROOT / "configs" / "idpo" / "synth_hop.yaml"
 ISFT_DPO_CONFIG = ROOT / "configs" / "isft_dpo" / "synth_hop.yaml"
 ISFT_CHECKPOINT = ROOT / "runs" / "isft" / "synth_hop" / "iter_000" / "training" / "checkpoint"
+UNLOADED_TOKENS_PER_S = 338.0  # DESIGN.md section 4: SmolLM2-135M, transformers bf16, batch 32
 
 # Sizes. "full" is sized to about an hour per method on this 2-core CPU (see the projection a
 # smoke run writes); "smoke" runs every step end to end in minutes.
@@ -54,7 +55,8 @@ PRESETS: dict[str, dict[str, Any]] = {
              "relaxed": []},
     "smoke": {"trees": 4, "mcts_iterations": 3, "rollouts": 2, "isft_questions": 4, "isft_samples": 4,
               "eval_episodes": 8, "max_new_tokens": 48, "max_turns": 4, "dpo_epochs": 1, "sft_epochs": 1,
-              "relaxed": ["pairs.min_chosen_value=-10", "selection.min_score=null"]},
+              "relaxed": ["pairs.min_chosen_value=-10", "selection.min_score=null", "train.logging_steps=1",
+                          "dpo.logging_steps=1", "sft.logging_steps=1"]},
 }
 
 
@@ -86,7 +88,8 @@ def _common(p: dict[str, Any], h: dict[str, Any], threads: int | None) -> list[s
 
 
 def _relaxed(p: dict[str, Any], method: str) -> list[str]:
-    return [o for o in p["relaxed"] if method == "isft-dpo" or not o.startswith("selection.")]
+    sections = ("pairs.", "train.") if method == "idpo" else ("pairs.", "selection.", "dpo.", "sft.")
+    return [o for o in p["relaxed"] if o.startswith(sections)]
 
 
 def idpo_config(p: dict[str, Any], h: dict[str, Any], start: str, out: Path, threads: int | None) -> Any:
@@ -232,9 +235,25 @@ def projection(method: str, report: dict[str, Any], smoke: dict[str, Any], full:
     out = {k: round(v, 1) for k, v in out.items()}
     out["total_s"] = round(sum(out.values()), 1)
     out["total_h"] = round(out["total_s"] / 3600, 2)
-    out["assumed"] = {"seconds_per_64_row_call": per_call, "mcts_calls_per_iteration": round(calls_per_iteration, 2),
+    # The same work at the unloaded rate measured for DESIGN.md section 4 (transformers bf16,
+    # batch 32: 338 tokens/s), for when the 2 cores are not shared with other jobs.
+    slowdown = UNLOADED_TOKENS_PER_S / max(call["tokens_per_s"], 1e-9)
+    out["total_h_unloaded"] = round(out["total_s"] / slowdown / 3600, 2)
+    out["assumed"] = {"measured_tokens_per_s": call["tokens_per_s"], "unloaded_tokens_per_s": UNLOADED_TOKENS_PER_S,"seconds_per_64_row_call": per_call, "mcts_calls_per_iteration": round(calls_per_iteration, 2),
                       "kept_pairs_per_tree": round(pairs_per_tree, 2), "dpo_seconds_per_pair": round(per_pair, 2)}
     return out
+
+
+def reproject() -> None:
+    path = Path(__file__).resolve().parent / "results" / f"{NAME}.json"
+    data = json.loads(path.read_text())
+    smoke = data["runs"]["smoke"]
+    h_full = heldout(PRESETS["full"])
+    for method, report in smoke["methods"].items():
+        report["projected_full"] = projection(method, report, smoke["preset"], PRESETS["full"], smoke["heldout"],
+                                              h_full, smoke["calibration"])
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    print(json.dumps({m: r["projected_full"] for m, r in smoke["methods"].items()}, indent=2))
 
 
 def main() -> None:
@@ -245,7 +264,11 @@ def main() -> None:
     parser.add_argument("--runs", default=str(ROOT / "runs" / "bench"), help="Where the run directories go.")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU).")
     parser.add_argument("--resume", action="store_true", help="Resume existing run directories instead of wiping.")
+    parser.add_argument("--reproject", action="store_true",
+                        help="Recompute the projections of the stored smoke results (no runs).")
     args = parser.parse_args()
+    if args.reproject:
+        return reproject()
 
     from optima_train.idpo import IDPOTrainer
     from optima_train.isft_dpo import ISFTDPOTrainer

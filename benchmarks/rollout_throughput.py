@@ -43,7 +43,7 @@ class Workload:
     env_id: str = "synth-hop-ia"
     episodes: int = 64
     max_turns: int = 4
-    max_new_tokens: int = 32
+    max_new_tokens: int = 64
     model: str = "smollm2-135m"
     dtype: str = "bfloat16"
     batch_size: int = 64

@@ -107,7 +107,8 @@ def chat_messages(observation: Mapping[str, Any], fmt: ChatFormat = DEFAULT_CHAT
     """The chat messages of `observation["agent"]`'s view of the dialogue (see the module doc).
 
     Args:
-        observation: an env observation (keys `agent`, `system_prompt`, `transcript`).
+        observation: an env observation (keys `agent`, `system_prompt`, `transcript`; `agents`
+            and `speaker` are used, when present, to count the agents).
         fmt: formatting options.
 
     Returns:

@@ -16,6 +16,11 @@ Why it is built this way:
   the batch shape: at a near-tie a row can decode differently in a batch than alone (seen on 1
   of 3 prompts within 12 tokens). A fixed batch composition still repeats exactly. Pass
   `dtype="float32"` for batch-independent, reference-grade runs.
+- **Eager attention on CPU** (`attn_implementation=None` picks it there): torch's CPU SDPA
+  kernel is slow for one-token decode steps over a padded batch. Measured with SmolLM2 bf16 on
+  one core, batch 32: 259 ms per decode step with "sdpa", 150 ms with "eager"; the batched
+  rollout ran 1.5x faster end to end (52 vs 34 tokens/s); batch 1 and prefill are about even
+  (SDPA prefill ~15% faster). On CUDA the transformers default (SDPA) is kept.
 - **Seeded sampling without global state**: sampling happens in a logits processor
   (`_SeededSampler`) that draws each row's token from that row's own `torch.Generator`, seeded
   from the request seed (and `SamplingParams.seed`); `generate` then runs greedily over the
@@ -56,6 +61,9 @@ class HFPolicy:
         device (str, *optional*, defaults to `"cpu"`): where the model runs.
         batch_size (int, *optional*, defaults to 64): the most rows per `generate` call.
         chat_format (ChatFormat, *optional*): how transcripts become chat messages.
+        attn_implementation (str, *optional*): passed to `from_pretrained`; None: "eager" on CPU
+            (faster batched decoding, see above), transformers' default elsewhere. Ignored for an
+            already loaded model.
         num_threads (int, *optional*): torch CPU threads during `act` (set, then restored, since
             torch's thread count is process-wide). None: leave torch's setting alone. 1 is much
             faster for small batches on a CPU shared with other busy processes (measured 6x on
@@ -76,6 +84,7 @@ class HFPolicy:
         device: str = "cpu",
         batch_size: int = 64,
         chat_format: ChatFormat = DEFAULT_CHAT_FORMAT,
+        attn_implementation: str | None = None,
         num_threads: int | None = None,
     ):
         if dtype not in _DTYPES:
@@ -96,8 +105,11 @@ class HFPolicy:
 
             self.model_name = model
             self.model_path = resolve_model(model)
+            if attn_implementation is None and str(device).startswith("cpu"):
+                attn_implementation = "eager"
+            extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
             with _quiet_loading():
-                self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, dtype))
+                self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, dtype), **extra)
             self.model.to(device)
             self.dtype = dtype
         else:
@@ -141,6 +153,7 @@ class HFPolicy:
             "model_path": self.model_path,
             "revision": _revision(self.model_path, self.model),
             "dtype": self.dtype,
+            "attn_implementation": getattr(self.model.config, "_attn_implementation", None),
             "sampling": self.sampling.to_dict(),
             "chat_format": self.chat_format.to_dict(),
         }

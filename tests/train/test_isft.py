@@ -290,7 +290,8 @@ class TestResumeScripted:
             cfg = load_config(ISFTConfig, None, {tiny_overrides(out) + ['reward.lambda_loss=0', 'eval.baseline=false']!r})
             ISFTTrainer(cfg, policy_factory=lambda m, s: ScriptedPolicy(script), on_step_done=hook).train()
         """))
-        child = subprocess.Popen([sys.executable, str(child_script)], cwd=ROOT, stdout=subprocess.DEVNULL,
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        child = subprocess.Popen([sys.executable, str(child_script)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE)
         done = out / "iter_000" / "generation" / "DONE.json"
         deadline = time.time() + 120
