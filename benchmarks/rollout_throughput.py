@@ -136,9 +136,33 @@ def vllm_policy(w: Workload) -> Any:
 
 
 def run_vllm_engine(w: Workload) -> PathResult:
-    """(c) vLLM in-process (bf16 compiled by default) through the batched engine."""
-    result = run_engine(w, vllm_policy(w))
-    result.extra["self_check_passed"] = vllm_policy(w).verified
+    """(c) vLLM in-process (bf16 compiled by default) through the batched engine.
+
+    Also times the `LLM.generate` calls inside the run: `engine_overhead` = the share of the
+    wall time spent outside them (env steps, chat formatting, output cleaning), a figure that,
+    unlike (c)/(d), does not move with the load other processes put on the machine.
+    """
+    import time
+
+    policy = vllm_policy(w)
+    llm, calls = policy.llm, []
+    generate = llm.generate
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            calls.append(time.perf_counter() - start)
+
+    llm.generate = timed
+    try:
+        result = run_engine(w, policy)
+    finally:
+        del llm.generate
+    inside = sum(calls[-result.backend_calls:])  # the timed run's calls (after run_engine's warm-up)
+    result.extra.update(self_check_passed=policy.verified, generate_s=round(inside, 2),
+                        engine_overhead=round(1 - inside / result.wall_s, 4) if result.wall_s else None)
     return result
 
 

