@@ -9,6 +9,12 @@ are marked `@pytest.mark.model`. Tests that need other sampling settings call
 
 from __future__ import annotations
 
+# vLLM imports torch.utils.cpp_extension, which imports setuptools, and setuptools refuses to
+# load once the stdlib `distutils` is in sys.modules ("_distutils_hack" AssertionError); some
+# test in the full suite imports distutils first. Importing setuptools up front keeps its
+# distutils shim in charge for the whole session.
+import setuptools  # noqa: F401  isort: skip
+
 from pathlib import Path
 from typing import Any
 
