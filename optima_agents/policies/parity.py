@@ -27,13 +27,30 @@ one) the gap `log p_ref(reference's top token) - log p_ref(chosen token)`, in na
 same prefix. A faithful backend only ever departs from the reference's greedy choice at near-ties,
 so all its gaps are small; a broken one picks tokens the reference finds clearly worse.
 
-Measured gaps (largest per prompt, 16 prompts x 64 tokens): transformers bf16 <= 0.105,
-vLLM bf16 eager <= 0.198, vLLM bf16 compiled <= 0.163, vLLM fp32 eager 0.0. Deliberately
-broken fp32 models (8 prompts x 32 tokens): weights + 5% noise 0.53-3.7 on 6 of 8 prompts,
-two layers swapped 0.79-2.7 on 5 of 8, one attention output zeroed 0.53-1.5 on 5 of 8; replies
-given to the wrong prompt 1.6-13. Hence `ParityTolerance.max_gap_nats = 0.5`: 2.5x the largest
-drift seen, below what each broken model showed on most prompts. Prompt lengths must match
-exactly (a template or BOS difference shows up there even when the replies agree).
+The gaps are taken on the ids the backend generated (`meta["raw_token_ids"]`), not on the stored
+canonical re-encoding: an invented name written in a split the tokenizer would not produce
+("Stair|z|in" for "Stair|zin") shows a 5-nat gap on the canonical ids that no backend caused.
+
+Measured largest gap per reply (SmolLM2-135M, bf16 vs the fp32 reference):
+
+| what | replies | max | p99 |
+|---|---|---|---|
+| 16 chat prompts x 64 tokens: transformers bf16 / vLLM bf16 eager / vLLM bf16 compiled | 16 each | 0.105 / 0.198 / 0.163 | |
+| synth-hop-ia rollouts (64 episodes, 4 turns, 64 tokens): vLLM bf16 compiled | 244 | 0.402 | 0.111 |
+| the same with transformers bf16, left-padded batches | 241 | 0.391 | 0.210 |
+| `PARITY_OBSERVATIONS` x 24 tokens: transformers bf16 / vLLM compiled / server eager | 8 each | 0.239 / 0.001 / 0.001 | |
+
+vLLM fp32 eager: 0.0 (identical to transformers fp32). Deliberately broken fp32 models on
+`PARITY_OBSERVATIONS` x 24 tokens (prompts over 0.75 nats; largest gap): weights + 5% noise
+5 of 8 (4.8); layers 10 and 11 swapped 3 of 8 (4.5); one attention output projection zeroed
+1 of 8 (1.39); replies given to the wrong prompt 1.6-13 nats. Weights + 2% noise stayed at 0.5,
+indistinguishable from bf16 drift, and a logit scale change (final norm x1.1) at 0.0, rightly:
+greedy decoding cannot see it.
+
+Hence `ParityTolerance.max_gap_nats = 0.75`: 1.9x the largest bf16 drift in about 500 replies,
+and every broken model above still fails on at least one of the eight probe prompts. Prompt
+lengths must match exactly (a template or BOS difference shows up there even when the replies
+agree).
 
 Without a reference, `check_parity` requires identical token ids (the fp32 rule).
 """
@@ -99,7 +116,7 @@ class ParityTolerance:
     """How far backends may disagree.
 
     Args:
-        max_gap_nats (float, *optional*, defaults to 0.5): with a reference model, the largest
+        max_gap_nats (float, *optional*, defaults to 0.75): with a reference model, the largest
             allowed gap, per generated token, between the reference's top log-probability and
             that of the token the backend chose (see the module doc for the measurements).
         exact (bool, *optional*, defaults to False): require identical token ids on every prompt
@@ -107,7 +124,7 @@ class ParityTolerance:
         same_prompt_tokens (bool, *optional*, defaults to True): require equal prompt lengths.
     """
 
-    max_gap_nats: float = 0.5
+    max_gap_nats: float = 0.75
     exact: bool = False
     same_prompt_tokens: bool = True
 

@@ -212,16 +212,16 @@ def stub_server() -> Iterator[Callable[..., StubServer]]:
         server.close()
 
 
-_SLOW_SERVER = textwrap.dedent("""
-    import http.server, sys, time
+_SLOW_SERVER = textwrap.dedent(r"""
+    import http.server, os, time
     class H(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
-            print("request", flush=True)
+            os.write(1, b"request\n")  # one write per line: handler threads must not interleave
             time.sleep(60)
         def log_message(self, *a):
             pass
     s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    print(s.server_address[1], flush=True)
+    os.write(1, b"%d\n" % s.server_address[1])
     s.serve_forever()
 """)
 

@@ -65,6 +65,7 @@ class TestRequests:
         assert ident["backend"] == "openai" and ident["model"] == "stub-model"
         assert ident["sampling"] == policy.sampling.to_dict()
 
+    @pytest.mark.model  # the embedded model's tokenizer
     def test_returned_ids_are_cleaned_with_the_tokenizer(self, stub_server, smollm_tokenizer):
         ids = encode_text(smollm_tokenizer, "  Paris is the answer. ") + [smollm_tokenizer.eos_token_id]
         stub = stub_server(default=Reply(body=completion("Paris is the answer.", token_ids=ids, prompt_token_ids=[1] * 11)))
@@ -73,6 +74,7 @@ class TestRequests:
         assert list(action.token_ids) == encode_text(smollm_tokenizer, "Paris is the answer.")
         assert action.prompt_tokens == 11 and action.meta["token_ids_source"] == "server"
 
+    @pytest.mark.model  # the embedded model's tokenizer
     def test_without_ids_counts_with_the_tokenizer_and_says_so(self, stub_server, smollm_tokenizer):
         stub = stub_server(default=Reply(body=completion("Paris.")))
         action = fast_policy(stub.base_url, tokenizer=smollm_tokenizer).act([ask("?")])[0]

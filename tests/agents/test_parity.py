@@ -1,13 +1,14 @@
 """Backend parity: transformers, vLLM in-process and the OpenAI-compatible server agree greedily.
 
 The rule and its measurements are in `optima_agents.policies.parity`: exact token ids without a
-reference; with the fp32 reference, every generated token within 0.5 nats of the reference's
-greedy choice (bf16 drift measured up to 0.2 nats; broken models 0.5-3.7 on most prompts).
+reference; with the fp32 reference, every generated token within 0.75 nats of the reference's
+greedy choice (bf16 drift measured up to 0.40 nats in about 500 replies; broken models 1.4-4.8).
 """
 
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -69,6 +70,53 @@ class TestRuleWithoutModel:
             ParityTolerance(max_gap_nats=-1)
 
 
+class FakeReference:
+    """A reference scorer double: records what it was asked to score, returns scripted gaps."""
+
+    dtype = "float32"
+    eos_token_id = 2
+    tokenizer = SimpleNamespace(decode=lambda ids: f"<{ids[0]}>")
+
+    def __init__(self, gap: float = 0.0, at: int = 0):
+        self.gap, self.at, self.calls = gap, at, []
+
+    def gaps(self, observation, token_ids, *, ended):
+        self.calls.append((list(token_ids), ended))
+        out = [0.0] * (len(token_ids) + ended)
+        out[self.at] = self.gap
+        return out
+
+
+class TestScoredIds:
+    def test_raw_ids_are_scored_not_the_canonical_ones(self):
+        reply = Action(text="ab", token_ids=(5, 6), meta={"raw_token_ids": (5, 7, 2, 2), "reencoded": True})
+        reference = FakeReference()
+        report = check_parity({"p": ScriptedPolicy(lambda o: reply)}, parity_requests()[:1], reference=reference)
+        assert reference.calls == [([5, 7], True)] and report.ok  # cut at the first end-of-turn id
+
+    def test_reencoded_reply_without_raw_ids_is_not_scored(self):
+        reply = Action(text="ab", token_ids=(5, 6), meta={"reencoded": True})
+        reference = FakeReference()
+        report = check_parity({"p": ScriptedPolicy(lambda o: reply)}, parity_requests()[:2], reference=reference)
+        assert reference.calls == [] and report.unscored("p") == 2 and report.ok
+        assert "2 not scored" in report.summary()
+
+    def test_stored_ids_are_scored_when_not_reencoded(self):
+        reply = Action(text="ab", token_ids=(4,), finish_reason="length")
+        reference = FakeReference()
+        check_parity({"p": ScriptedPolicy(lambda o: reply)}, parity_requests()[:1], reference=reference)
+        assert reference.calls == [([4], False)]
+
+    def test_a_large_gap_fails_with_the_token_and_limit(self):
+        reply = Action(text="ab", token_ids=(4, 9), prompt_tokens=3)
+        report = check_parity({"p": ScriptedPolicy(lambda o: reply)}, parity_requests()[:1],
+                              reference=FakeReference(gap=2.0, at=1))
+        assert report.failures == ("prompt 0: p token 1 ('<9>') is 2.00 nats below the reference's greedy "
+                                   "choice (allowed 0.75); reply 'ab'",)
+        assert report.rule == ("every token within 0.75 nats of the float32 reference's greedy choice; "
+                               "equal prompt lengths")
+
+
 @pytest.mark.model
 class TestReferenceRule:
     def test_reference_scores_its_own_greedy_output_at_zero(self, reference_scorer, smollm_tokenizer):
@@ -79,7 +127,7 @@ class TestReferenceRule:
         assert report.largest_gap("hf-fp32") < 1e-3
 
     def test_a_broken_model_is_caught(self, reference_scorer, smollm_tokenizer, embedded_model_dir):
-        """Weights with 5% noise (measured gaps 0.5-3.7 nats on 6 of 8 prompts) fail the rule."""
+        """Weights with 5% noise (measured: 5 of the 8 probe prompts over 0.75 nats, up to 4.8) fail."""
         broken = HFPolicy(str(embedded_model_dir), tokenizer=smollm_tokenizer, dtype="float32", num_threads=1,
                           sampling=SamplingParams(max_new_tokens=PARITY_MAX_NEW_TOKENS))
         generator = torch.Generator().manual_seed(0)
@@ -88,7 +136,7 @@ class TestReferenceRule:
                 if param.dim() == 2:
                     param.add_(torch.randn(param.shape, generator=generator) * param.std() * 0.05)
         report = check_parity({"broken": broken}, reference=reference_scorer)
-        assert not report.ok and report.largest_gap("broken") > 0.5
+        assert not report.ok and report.largest_gap("broken") > 0.75
         assert any("nats below the reference's greedy choice" in f for f in report.failures)
 
 
@@ -107,4 +155,6 @@ def test_all_backends_agree(hf_policy, vllm_policy, server_policy, reference_sco
     print(report.summary())
     assert report.ok, report.summary()
     for name in policies:
-        assert report.largest_gap(name) <= 0.5
+        assert report.largest_gap(name) <= 0.75
+    # The vLLM backends report the ids they generated, so every reply of theirs is scored.
+    assert report.unscored("vllm-bf16-compiled") == report.unscored("server-bf16-eager") == 0

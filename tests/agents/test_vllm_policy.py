@@ -96,7 +96,7 @@ class TestVLLMPolicy:
             for param in reference.model.parameters():
                 if param.dim() == 2:
                     param.add_(torch.randn(param.shape, generator=generator) * param.std() * 0.2)
-        with pytest.raises(BackendParityError, match=r"nats below the reference's greedy choice \(allowed 0.5\)"):
+        with pytest.raises(BackendParityError, match=r"nats below the reference's greedy choice \(allowed 0.75\)"):
             vllm_policy.verify(reference)
         assert vllm_policy.verified is False
         vllm_policy.verify()  # the real reference agrees again
