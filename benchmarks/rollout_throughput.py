@@ -212,7 +212,8 @@ def run_vllm_raw(w: Workload) -> PathResult:
     engine = _RESULTS["vllm-engine"]
     return PathResult(wall_s=wall, generated_tokens=tokens, turns=len(prompts), episodes=len(records),
                       backend_calls=len(set(turns)), mean_score=engine.mean_score,
-                      extra={"one_call_wall_s": round(one_wall, 2), "one_call_tokens_per_s": round(one_tokens / one_wall, 2),
+                      extra={"one_call_wall_s": round(one_wall, 2),
+                             "one_call_tokens_per_s": round(one_tokens / one_wall, 2),
                              "engine_over_raw": round(engine.tokens_per_s / (tokens / wall), 3) if wall else None})
 
 

