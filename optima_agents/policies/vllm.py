@@ -115,6 +115,11 @@ class VLLMPolicy:
         memory_keys = ("gpu_memory_utilization", "kv_cache_memory_bytes")
         if self.on_cpu and not any(k in options for k in memory_keys) and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             options["kv_cache_memory_bytes"] = int(kv_cache_gib * _GIB)
+        if self.on_cpu:
+            # vllm-cpu 0.32 kills the engine ("CPU Generator does not use offset") when a request with
+            # a per-request seed gets a partial (chunked) prefill, i.e. whenever a seeded batch's
+            # prompts exceed the 4096-token step budget. Whole-prompt prefill avoids it.
+            options.setdefault("enable_chunked_prefill", False)
         self.engine_options = {"dtype": dtype, "enforce_eager": enforce_eager, "seed": seed, **options}
         with _env({"VLLM_USE_AOT_COMPILE": "0"} if self.on_cpu else {}):
             self.llm = LLM(model=self.model_path, **self.engine_options)

@@ -172,14 +172,23 @@ class IDPOTrainer:
         """The checkpoint iteration `it` produced (its training step's record)."""
         return str(self.run_dir.done_info(it, "training")["checkpoint"])
 
+    def close(self) -> None:
+        """Release the generation backend (a vLLM engine's processes); the trainer stays usable."""
+        from optima_train.evaluation import release_policy
+
+        release_policy(self._policy)
+        self._policy = None
+
     def _policy_for(self, model: str, sampling: Any) -> Any:
         if self._policy_factory is not None:
             return self._policy_factory(model, sampling)
         s = self.config.search
         if self._policy is not None and self._policy[0] == model and hasattr(self._policy[1], "with_sampling"):
             return self._policy[1].with_sampling(sampling)
-        self._policy = None  # free the previous model before loading the next
-        from optima_train.evaluation import build_policy
+        from optima_train.evaluation import build_policy, release_policy
+
+        release_policy(self._policy)  # free the previous model before loading the next
+        self._policy = None
 
         policy = build_policy(s.backend, model, sampling, dtype=self.config.model.dtype, batch_size=s.batch_size,
                               backend_kwargs=s.backend_kwargs)
@@ -248,7 +257,10 @@ class IDPOTrainer:
                                f"{cfg.train.min_pairs}; the model is unchanged[/]")
             return {"skipped": f"{kept} kept pairs < train.min_pairs", "checkpoint": init, "pairs": kept,
                     "train_loss": None}
-        self._policy = None  # free the search model's memory for training
+        from optima_train.evaluation import release_policy
+
+        release_policy(self._policy)  # free the search model's memory for training
+        self._policy = None
         return train_dpo(cfg, self.run_dir.step_dir(it, "search") / "pairs.parquet", init, folder,
                          seed=cfg.run.seed + it)
 

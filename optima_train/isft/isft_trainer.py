@@ -146,6 +146,13 @@ class ISFTTrainer:
                 summaries.append(self._iteration(it))
             return summaries
 
+    def close(self) -> None:
+        """Release the generation backend (a vLLM engine's processes); the trainer stays usable."""
+        from optima_train.evaluation import release_policy
+
+        release_policy(self._policy)
+        self._policy = None
+
     def _evaluates(self, it: int) -> bool:
         return (it + 1) % self.config.eval.every == 0 or it == self.config.run.iterations - 1
 
@@ -196,8 +203,10 @@ class ISFTTrainer:
         g = self.config.generation
         if self._policy is not None and self._policy[0] == model and hasattr(self._policy[1], "with_sampling"):
             return self._policy[1].with_sampling(sampling)
-        self._policy = None  # free the previous model before loading the next
-        from optima_train.evaluation import build_policy
+        from optima_train.evaluation import build_policy, release_policy
+
+        release_policy(self._policy)  # free the previous model before loading the next
+        self._policy = None
 
         policy = build_policy(g.backend, model, sampling, dtype=self.config.model.dtype, batch_size=g.batch_size,
                               device=self.config.model.resolved_device(), backend_kwargs=g.backend_kwargs)
@@ -312,7 +321,10 @@ class ISFTTrainer:
             self.console.print(f"[yellow]iter {it}: no dialogue was selected; the model is unchanged[/]")
             return {"skipped": "no selected examples", "checkpoint": None, "examples": 0, "train_loss": None}
         init = self.model_before(it) if cfg.train.init == "previous" else self.base_model
-        self._policy = None  # free the generation model's memory for training
+        from optima_train.evaluation import release_policy
+
+        release_policy(self._policy)  # free the generation model's memory for training
+        self._policy = None
         return train_sft(cfg, self.run_dir.step_dir(it, "selection") / "sft.parquet", init, folder,
                          seed=cfg.run.seed + it)
 

@@ -65,9 +65,11 @@ class ISFTDPOTrainer:
                 first_row = len(rows)
                 isft = ISFTTrainer(subs["isft"], on_step_done=self._hook(cycle, "isft"), **self._kwargs)
                 rows += [self._row(cycle, "isft", s) for s in isft.train()]
+                isft.close()
                 model = isft.model_after(cfg.cycles.isft_iterations - 1)
                 idpo = IDPOTrainer(subs["idpo"](model), on_step_done=self._hook(cycle, "idpo"), **self._kwargs)
                 rows += [self._row(cycle, "idpo", s) for s in idpo.train()]
+                idpo.close()
                 model = idpo.model_after(cfg.cycles.idpo_iterations - 1)
                 self._write_summary(rows, first_row)
         return rows

