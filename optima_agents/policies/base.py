@@ -7,8 +7,11 @@ speed comes from (DESIGN.md section 4).
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
 
 FinishReason = Literal["stop", "length", "error"]
 
@@ -33,6 +36,24 @@ class SamplingParams:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "stop": list(self.stop)}
+
+
+def row_seed(sampling_seed: int | None, request_seed: int | None, call: int, row: int) -> int:
+    """The sampling seed of one row of a batched call, shared by every backend.
+
+    A request's own seed wins (mixed with `SamplingParams.seed` when that is set), so a reply does
+    not depend on what else is in the batch; without one, the seed comes from
+    `SamplingParams.seed`, the policy's call counter and the row (reproducible for the same
+    sequence of calls), or from fresh entropy when `SamplingParams.seed` is None. The result is
+    below 2**63: servers parse `seed` as a signed 64-bit integer.
+    """
+    if request_seed is not None:
+        parts = [request_seed] if sampling_seed is None else [sampling_seed, request_seed]
+    elif sampling_seed is not None:
+        parts = [sampling_seed, call, row]
+    else:
+        return secrets.randbits(63)
+    return int(np.random.SeedSequence([int(p) % 2**63 for p in parts]).generate_state(1, np.uint64)[0] >> 1)
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,13 @@ Why it is built this way:
   batch and single greedy outputs are identical, on CPU and on CUDA).
 - **Sorting by length** keeps rows of similar length together (less padding, less wasted
   compute); results are returned in request order.
-- **bfloat16 by default on CPU**: on a CPU with AMX a bf16 matmul is about 7x faster than fp32
-  (DESIGN.md section 4). bf16 greedy output is sane (SmolLM2 answers "The capital of France is
+- **bfloat16 by default on CPU**: on this project's CPUs (avx512_bf16, no AMX) a bf16 matmul is
+  2.2-2.7x faster than fp32 (measured; DESIGN.md section 4's AMX figure does not apply to them).
+  bf16 greedy output is sane (SmolLM2 answers "The capital of France is
   Paris." in both dtypes, tested) but not token-identical to fp32, and bf16 rounding depends on
   the batch shape: at a near-tie a row can decode differently in a batch than alone (seen on 1
-  of 3 prompts within 12 tokens). A fixed batch composition still repeats exactly. Pass
+  of 3 prompts within 12 tokens; on 16 prompts, bf16 greedy matched fp32 exactly on 7). A fixed
+  batch composition still repeats exactly. Pass
   `dtype="float32"` for batch-independent, reference-grade runs.
 - **Eager attention on CPU** (`attn_implementation=None` picks it there): torch's CPU SDPA
   kernel is slow for one-token decode steps over a padded batch. Measured with SmolLM2 bf16 on
@@ -34,13 +36,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import secrets
 from typing import Any, Iterator, Sequence
 
-import numpy as np
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, prompt_ids
-from optima_agents.policies.base import Action, SamplingParams, TurnRequest
+from optima_agents.policies.base import Action, SamplingParams, TurnRequest, row_seed
 
 __all__ = ["HFPolicy"]
 
@@ -167,14 +167,7 @@ class HFPolicy:
 
     # ------------------------------------------------------------------ internals
     def _row_seed(self, request_seed: int | None, row: int) -> int:
-        base = self.sampling.seed
-        if request_seed is not None:
-            parts = [request_seed] if base is None else [base, request_seed]
-        elif base is not None:
-            parts = [base, self._calls, row]
-        else:
-            return secrets.randbits(63)
-        return int(np.random.SeedSequence([int(p) % 2**63 for p in parts]).generate_state(1, np.uint64)[0] >> 1)
+        return row_seed(self.sampling.seed, request_seed, self._calls, row)
 
     def _generate(self, prompts: list[list[int]], seeds: list[int]) -> list[list[int]]:
         import torch
@@ -216,7 +209,8 @@ class HFPolicy:
         return Action(
             text=cleaned.text, token_ids=cleaned.token_ids, finish_reason=cleaned.finish_reason,
             prompt_tokens=prompt_len,
-            meta={"generated_tokens": cleaned.generated_tokens, "reencoded": cleaned.reencoded},
+            meta={"generated_tokens": cleaned.generated_tokens, "reencoded": cleaned.reencoded,
+                  "raw_token_ids": tuple(generated)},  # as generated (parity scores these, not the re-encoded ids)
         )
 
 

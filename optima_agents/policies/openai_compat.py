@@ -33,10 +33,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, chat_messages, clean_output, encode_text
-from optima_agents.policies.base import Action, SamplingParams, TurnRequest
+from optima_agents.policies.base import Action, SamplingParams, TurnRequest, row_seed
 
 __all__ = ["OpenAIPolicy"]
 
@@ -286,18 +285,7 @@ class OpenAIPolicy:
         return delay
 
     def _row_seed(self, request_seed: int | None, row: int) -> int:
-        """Same derivation as `HFPolicy`: request seed (and `SamplingParams.seed`), else per call.
-
-        Kept below 2**63 (servers parse `seed` as a signed 64-bit integer).
-        """
-        base = self.sampling.seed
-        if request_seed is not None:
-            parts = [request_seed] if base is None else [base, request_seed]
-        elif base is not None:
-            parts = [base, self._calls, row]
-        else:
-            return secrets.randbits(63)
-        return int(np.random.SeedSequence([int(p) % 2**63 for p in parts]).generate_state(1, np.uint64)[0] >> 1)
+        return row_seed(self.sampling.seed, request_seed, self._calls, row)
 
 
 def _load_tokenizer(model: str) -> Any:

@@ -38,14 +38,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import secrets
 from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping, Sequence
 
-import numpy as np
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, prompt_ids
-from optima_agents.policies.base import Action, SamplingParams, TurnRequest
+from optima_agents.policies.base import Action, SamplingParams, TurnRequest, row_seed
 
 __all__ = ["VLLMPolicy"]
 
@@ -246,15 +244,7 @@ class VLLMPolicy:
         )
 
     def _row_seed(self, request_seed: int | None, row: int) -> int:
-        """Same derivation as `HFPolicy`: request seed (and `SamplingParams.seed`), else per call."""
-        base = self.sampling.seed
-        if request_seed is not None:
-            parts = [request_seed] if base is None else [base, request_seed]
-        elif base is not None:
-            parts = [base, self._calls, row]
-        else:
-            return secrets.randbits(63)
-        return int(np.random.SeedSequence([int(p) % 2**63 for p in parts]).generate_state(1, np.uint64)[0] >> 1)
+        return row_seed(self.sampling.seed, request_seed, self._calls, row)
 
     def _to_action(self, generated: list[int], prompt_len: int, seed: int | None) -> Action:
         cleaned = clean_output(self.tokenizer, generated, max_new_tokens=self.sampling.max_new_tokens,

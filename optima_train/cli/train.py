@@ -62,49 +62,17 @@ def isft(
     help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
 ) -> None:
     """Iterative SFT: sample, rank by the Optima reward, keep the best, fine-tune; repeat."""
-    from optima_train.config_io import dump_config, load_config
-    from optima_train.isft import ISFTConfig
+    from optima_train.isft import ISFTConfig, ISFTTrainer
 
-    if help_config:
-        Console(soft_wrap=True).print(escape(config_help(ISFTConfig)), highlight=False)
-        return
-    extra: dict[str, Any] = {}
-    run: dict[str, Any] = {}
-    if output_dir is not None:
-        run["output_dir"] = output_dir
-    if iterations is not None:
-        run["iterations"] = iterations
-    if progress is not None:
-        run["progress"] = progress
-    if run:
-        extra["run"] = run
-    try:
-        cfg = load_config(ISFTConfig, config, overrides, extra=extra)
-    except ConfigError as error:
-        _fail(str(error))
-    if print_config:
-        print(dump_config(cfg), end="")
-        return
-    from optima_train.isft import ISFTTrainer
-
-    trainer = ISFTTrainer(cfg)
-    try:
-        trainer.check_resources()
-    except (ConfigError, OptimaError) as error:
-        _fail(str(error))
-    try:
-        summaries = trainer.train()
-    except (ConfigError, OptimaError) as error:
-        _fail(str(error), code=1)
-    console = Console(soft_wrap=True)
-    console.print(f"[bold]done[/]: {len(summaries)} iteration(s) in {cfg.run.output_dir} "
-                  f"(summary.json, tensorboard/)")
+    extra = _run_extra(output_dir, progress, run={"iterations": iterations})
+    _train(ISFTConfig, ISFTTrainer, config, overrides, extra, print_config, help_config)
 
 
-# ---------------------------------------------------------------------- iDPO and iSFT-DPO (issue 6)
+# ---------------------------------------------------------------------- shared steps
 def _train(config_cls: type, trainer_cls: type, config: Path | None, overrides: list[str],
            extra: dict[str, Any], print_config: bool, help_config: bool) -> None:
-    """Parse, check resources, train: the same steps and exit codes as `isft`."""
+    """Parse, check resources, train. Exit codes: 2 for a bad config or a missing resource, 1 for a
+    failure during training."""
     from optima_train.config_io import dump_config, load_config
 
     if help_config:
@@ -118,9 +86,12 @@ def _train(config_cls: type, trainer_cls: type, config: Path | None, overrides: 
         print(dump_config(cfg), end="")
         return
     trainer = trainer_cls(cfg)
-    try:
-        if hasattr(trainer, "check_resources"):
+    if hasattr(trainer, "check_resources"):  # missing data or models: exit 2, before any model loads
+        try:
             trainer.check_resources()
+        except (ConfigError, OptimaError) as error:
+            _fail(str(error))
+    try:
         rows = trainer.train()
     except (ConfigError, OptimaError) as error:
         _fail(str(error), code=1)

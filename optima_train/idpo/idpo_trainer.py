@@ -23,120 +23,33 @@ Each step writes its `DONE.json` last; a restarted run skips finished steps.
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from optima_train.config_io import config_to_dict
 from optima_train.idpo.idpo_config import IDPOConfig
-from optima_train.run_dir import RunDir, atomic_dir, atomic_write_json, read_json
+from optima_train.loop import IterativeTrainer
+from optima_train.run_dir import atomic_dir, atomic_write_json, read_json
 
 __all__ = ["IDPO_STEPS", "IDPOTrainer", "train_dpo"]
 
 IDPO_STEPS = ("search", "training", "evaluation")
 
-PolicyFactory = Callable[[str, Any], Any]
-"""Builds a policy from (model folder or name, SamplingParams). None: from `search.backend`."""
 
-StepHook = Callable[[int | str, str, Mapping[str, Any]], None]
-"""Called after each finished step with (stage, step, DONE info); tests use it to interrupt runs."""
+class IDPOTrainer(IterativeTrainer):
+    """Runs (or resumes) an iDPO run described by an `IDPOConfig` (arguments: `IterativeTrainer`)."""
 
+    config: IDPOConfig
+    NAME = "idpo"
+    STEPS = ("search", "training")
+    SAMPLER = "search"
+    SCALARS = ("heldout_score", "heldout_tokens", "kept_pairs", "mean_gap", "mean_root_value", "train_loss",
+               "reward_accuracy")
+    NEEDS_SNAPSHOT = True
 
-class IDPOTrainer:
-    """Runs (or resumes) an iDPO run described by an `IDPOConfig`.
-
-    Args:
-        config: the run's config.
-        policy_factory: optional; builds search/evaluation policies (tests pass scripted ones).
-        reference_loss: optional per-utterance loss function; default a `ReadabilityScorer` on
-            `model.reference` (or the starting model), cached in the run directory.
-        on_step_done: optional hook after every finished step.
-        console: a `rich` console for progress lines (default: a new one on stderr).
-    """
-
-    def __init__(self, config: IDPOConfig, *, policy_factory: PolicyFactory | None = None,
-                 reference_loss: Callable | None = None, on_step_done: StepHook | None = None, console: Any = None):
-        self.config = config
-        self.run_dir = RunDir(config.run.output_dir)
-        self._policy_factory = policy_factory
-        self._reference_loss = reference_loss
-        self._on_step_done = on_step_done
-        self._policy: tuple[str, Any] | None = None
-        self._base_path: str | None = None
-        if console is None:
-            from rich.console import Console
-
-            console = Console(stderr=True)
-        self.console = console
-        self.steps_run: list[tuple[int | str, str]] = []
-
-    # ------------------------------------------------------------------ checks
-    def check_resources(self) -> None:
-        """Fail fast, before any work: the env and its data, the models.
-
-        Raises:
-            ConfigError: an unknown env id, bad env kwargs or missing data, or a missing model.
-        """
-        import optima_envs
-        from optima_agents.models import ModelNotFoundError, resolve_model
-        from optima_envs.errors import ConfigError, OptimaError
-
-        cfg = self.config
-        checks = (("task.train_env_kwargs", cfg.task.train_kwargs(), cfg.train_indices(0).start),
-                  ("task.eval_env_kwargs", cfg.task.eval_kwargs(), cfg.task.eval_first_index))
-        for what, kwargs, index in checks:
-            try:
-                env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(kwargs))
-                env.reset(seed=0, options={"index": index})
-                if not callable(getattr(env, "snapshot", None)):
-                    raise ConfigError(f"env {cfg.task.env_id!r} has no snapshot()/restore(); MCTS cannot search it")
-            except OptimaError as error:
-                raise ConfigError(f"task.env_id={cfg.task.env_id!r} with {what}={kwargs}: {error}") from None
-        for name, value in (("model.name", cfg.model.name), ("model.reference", cfg.model.reference)):
-            if value is None:
-                continue
-            try:
-                path = resolve_model(value)
-            except ModelNotFoundError as error:
-                raise ConfigError(f"{name}={value!r}: {error}") from None
-            if name == "model.name":
-                self._base_path = path
-
-    def _env_kwargs(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        out = dict(kwargs)
-        if self.config.search.max_turns is not None:
-            out["max_turns"] = self.config.search.max_turns
-        return out
-
-    @property
-    def base_model(self) -> str:
-        if self._base_path is None:
-            from optima_agents.models import resolve_model
-
-            self._base_path = resolve_model(self.config.model.name)
-        return self._base_path
+    def _first_train_index(self) -> int:
+        return self.config.train_indices(0).start
 
     # ------------------------------------------------------------------ the loop
-    def train(self) -> list[dict[str, Any]]:
-        """Run every iteration not finished yet; returns one summary per iteration."""
-        cfg = self.config
-        self.check_resources()
-        if cfg.run.num_threads is not None:
-            import torch
-
-            torch.set_num_threads(cfg.run.num_threads)
-        with self.run_dir.lock():
-            resumed = self.run_dir.check_config(config_to_dict(cfg), may_change=IDPOConfig.RESUMABLE)
-            if resumed:
-                done = self.run_dir.finished_iterations(("search", "training"))
-                self.console.print(f"[bold]resuming[/] {self.run_dir.root}: {len(done)} iteration(s) finished")
-            if cfg.eval.baseline:
-                self._step("baseline", "evaluation", lambda folder: self._evaluation(folder, self.base_model))
-            return [self._iteration(it) for it in range(cfg.run.iterations)]
-
-    def _evaluates(self, it: int) -> bool:
-        return (it + 1) % self.config.eval.every == 0 or it == self.config.run.iterations - 1
-
     def _iteration(self, it: int) -> dict[str, Any]:
         info: dict[str, dict[str, Any]] = {}
         info["search"] = self._step(it, "search", lambda f: self._search(f, it))
@@ -149,61 +62,10 @@ class IDPOTrainer:
         self.console.print(_summary_line(summary))
         return summary
 
-    def _step(self, stage: int | str, step: str, fn: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
-        if self.run_dir.is_done(stage, step):
-            return self.run_dir.done_info(stage, step)
-        label = stage if isinstance(stage, str) else f"iter {stage}"
-        self.console.print(f"[cyan]{label}[/] {step} ...")
-        folder = self.run_dir.begin_step(stage, step)
-        start = time.perf_counter()
-        info = {**fn(folder), "seconds": round(time.perf_counter() - start, 3)}
-        self.run_dir.mark_done(stage, step, info)
-        self.steps_run.append((stage, step))
-        if self._on_step_done is not None:
-            self._on_step_done(stage, step, info)
-        return info
-
     # ------------------------------------------------------------------ models
-    def model_before(self, it: int) -> str:
-        """The model that searches iteration `it`'s trees."""
-        return self.base_model if it == 0 else self.model_after(it - 1)
-
     def model_after(self, it: int) -> str:
         """The checkpoint iteration `it` produced (its training step's record)."""
         return str(self.run_dir.done_info(it, "training")["checkpoint"])
-
-    def close(self) -> None:
-        """Release the generation backend (a vLLM engine's processes); the trainer stays usable."""
-        from optima_train.evaluation import release_policy
-
-        release_policy(self._policy)
-        self._policy = None
-
-    def _policy_for(self, model: str, sampling: Any) -> Any:
-        if self._policy_factory is not None:
-            return self._policy_factory(model, sampling)
-        s = self.config.search
-        if self._policy is not None and self._policy[0] == model and hasattr(self._policy[1], "with_sampling"):
-            return self._policy[1].with_sampling(sampling)
-        from optima_train.evaluation import build_policy, release_policy
-
-        release_policy(self._policy)  # free the previous model before loading the next
-        self._policy = None
-
-        policy = build_policy(s.backend, model, sampling, dtype=self.config.model.dtype, batch_size=s.batch_size,
-                              backend_kwargs=s.backend_kwargs)
-        self._policy = (model, policy)
-        return policy
-
-    def _reference(self) -> Callable:
-        if self._reference_loss is None:
-            from optima_train.rewards import ReadabilityScorer
-
-            ref = self.config.model.reference or self.base_model
-            self._reference_loss = ReadabilityScorer(ref, dtype=self.config.model.dtype,
-                                                     max_batch_tokens=self.config.reward.readability_batch_tokens,
-                                                     cache_path=self.run_dir.readability_cache)
-        return self._reference_loss
 
     # ------------------------------------------------------------------ steps
     def _search(self, folder: Path, it: int) -> dict[str, Any]:
@@ -299,21 +161,6 @@ class IDPOTrainer:
             "checkpoint": training.get("checkpoint"),
             "seconds": {k: v.get("seconds") for k, v in info.items()},
         }
-
-    def _write_run_summary(self, it: int, summary: Mapping[str, Any]) -> None:
-        path = self.run_dir.summary_path
-        rows = [r for r in (read_json(path) if path.exists() else {}).get("iterations", []) if r["iteration"] != it]
-        rows = sorted([*rows, dict(summary)], key=lambda r: r["iteration"])
-        baseline = self.run_dir.done_info("baseline", "evaluation") if self.run_dir.is_done("baseline", "evaluation") else None
-        atomic_write_json(path, {"baseline": baseline, "iterations": rows})
-        from torch.utils.tensorboard import SummaryWriter
-
-        with SummaryWriter(log_dir=str(self.run_dir.root / "tensorboard")) as writer:
-            for key in ("heldout_score", "heldout_tokens", "kept_pairs", "mean_gap", "mean_root_value", "train_loss",
-                        "reward_accuracy"):
-                if summary.get(key) is not None:
-                    writer.add_scalar(f"idpo/{key}", float(summary[key]), it)
-
 
 def train_dpo(cfg: Any, pairs: Path, init: str, folder: Path, *, seed: int) -> dict[str, Any]:
     """One DPO round on the kept pairs of `pairs` (a pairs.parquet): LoRA (merged) or full

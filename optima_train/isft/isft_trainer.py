@@ -22,23 +22,15 @@ Each step writes a `DONE.json` last; a restarted run skips finished steps (`run_
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from optima_envs.errors import ConfigError
-from optima_train.config_io import config_to_dict
 from optima_train.isft.isft_config import ISFTConfig
-from optima_train.run_dir import RunDir, atomic_dir, atomic_write_json, read_json
+from optima_train.loop import IterativeTrainer, PolicyFactory, StepHook
+from optima_train.run_dir import atomic_dir, atomic_write_json
 
 __all__ = ["ISFTTrainer", "PolicyFactory", "StepHook"]
-
-PolicyFactory = Callable[[str, Any], Any]
-"""Builds a policy from (model folder or name, SamplingParams). None: from `generation.backend`."""
-
-StepHook = Callable[[int | str, str, Mapping[str, Any]], None]
-"""Called after each finished step with (stage, step, DONE info); tests use it to interrupt runs."""
 
 _EPISODES = "episodes"  # an episode buffer directory (optima_train.buffers)
 
@@ -55,107 +47,17 @@ def _load_records(path: Path) -> list[Any]:
     return read_episodes(path)
 
 
-class ISFTTrainer:
-    """Runs (or resumes) an iSFT run described by an `ISFTConfig`.
+class ISFTTrainer(IterativeTrainer):
+    """Runs (or resumes) an iSFT run described by an `ISFTConfig` (arguments: `IterativeTrainer`)."""
 
-    Args:
-        config: the run's config.
-        policy_factory: optional; builds generation/evaluation policies (tests pass scripted ones).
-        reference_loss: optional per-utterance loss function (tests pass a fake); default a
-            `ReadabilityScorer` on `model.reference` (or the starting model), cached in the run.
-        on_step_done: optional hook after every finished step.
-        console: a `rich` console for progress lines (default: a new one).
-    """
-
-    def __init__(self, config: ISFTConfig, *, policy_factory: PolicyFactory | None = None,
-                 reference_loss: Callable | None = None, on_step_done: StepHook | None = None, console: Any = None):
-        self.config = config
-        self.run_dir = RunDir(config.run.output_dir)
-        self._policy_factory = policy_factory
-        self._reference_loss = reference_loss
-        self._on_step_done = on_step_done
-        self._policy: tuple[str, Any] | None = None
-        self._base_path: str | None = None
-        if console is None:
-            from rich.console import Console
-
-            console = Console(stderr=True)
-        self.console = console
-        self.steps_run: list[tuple[int | str, str]] = []
-
-    # ------------------------------------------------------------------ checks
-    def check_resources(self) -> None:
-        """Fail fast, before any work: the env and its data, the models.
-
-        Raises:
-            ConfigError: an unknown env id, bad env kwargs or missing data, or a missing model.
-        """
-        import optima_envs
-        from optima_agents.models import ModelNotFoundError, resolve_model
-        from optima_envs.errors import OptimaError
-
-        cfg = self.config
-        for what, kwargs in (("task.train_env_kwargs", cfg.task.train_kwargs()), ("task.eval_env_kwargs", cfg.task.eval_kwargs())):
-            try:
-                env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(kwargs))
-                env.reset(seed=0, options={"index": cfg.task.train_first_index if "train" in what else cfg.task.eval_first_index})
-            except OptimaError as error:
-                raise ConfigError(f"task.env_id={cfg.task.env_id!r} with {what}={kwargs}: {error}") from None
-        for name, value in (("model.name", cfg.model.name), ("model.reference", cfg.model.reference)):
-            if value is None:
-                continue
-            try:
-                path = resolve_model(value)
-            except ModelNotFoundError as error:
-                raise ConfigError(f"{name}={value!r}: {error}") from None
-            if name == "model.name":
-                self._base_path = path
-
-    def _env_kwargs(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        out = dict(kwargs)
-        if self.config.generation.max_turns is not None:
-            out["max_turns"] = self.config.generation.max_turns
-        return out
-
-    @property
-    def base_model(self) -> str:
-        if self._base_path is None:
-            from optima_agents.models import resolve_model
-
-            self._base_path = resolve_model(self.config.model.name)
-        return self._base_path
+    config: ISFTConfig
+    NAME = "isft"
+    STEPS = ("generation", "scoring", "selection", "training")
+    SAMPLER = "generation"
+    SCALARS = ("heldout_score", "heldout_tokens", "sample_mean_score", "sample_mean_tokens", "mean_reward",
+               "kept_examples", "train_loss")
 
     # ------------------------------------------------------------------ the loop
-    def train(self) -> list[dict[str, Any]]:
-        """Run every iteration not finished yet; returns one summary per iteration."""
-        cfg = self.config
-        self.check_resources()
-        if cfg.run.num_threads is not None:
-            import torch
-
-            torch.set_num_threads(cfg.run.num_threads)
-        with self.run_dir.lock():
-            resumed = self.run_dir.check_config(config_to_dict(cfg), may_change=ISFTConfig.RESUMABLE)
-            if resumed:
-                done = self.run_dir.finished_iterations(("generation", "scoring", "selection", "training"))
-                self.console.print(f"[bold]resuming[/] {self.run_dir.root}: {len(done)} iteration(s) finished")
-            if cfg.eval.baseline:
-                self._step("baseline", "evaluation", lambda folder: self._evaluation(folder, self.base_model))
-            summaries = []
-            for it in range(cfg.run.iterations):
-                summaries.append(self._iteration(it))
-            return summaries
-
-    def close(self) -> None:
-        """Release the generation backend (a vLLM engine's processes); the trainer stays usable."""
-        from optima_train.evaluation import release_policy
-
-        release_policy(self._policy)
-        self._policy = None
-
-    def _evaluates(self, it: int) -> bool:
-        return (it + 1) % self.config.eval.every == 0 or it == self.config.run.iterations - 1
-
     def _iteration(self, it: int) -> dict[str, Any]:
         info: dict[str, dict[str, Any]] = {}
         info["generation"] = self._step(it, "generation", lambda f: self._generation(f, it))
@@ -170,48 +72,13 @@ class ISFTTrainer:
         self.console.print(self._summary_line(summary))
         return summary
 
-    def _step(self, stage: int | str, step: str, fn: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
-        if self.run_dir.is_done(stage, step):
-            return self.run_dir.done_info(stage, step)
-        label = stage if isinstance(stage, str) else f"iter {stage}"
-        self.console.print(f"[cyan]{label}[/] {step} ...")
-        folder = self.run_dir.begin_step(stage, step)
-        start = time.perf_counter()
-        info = fn(folder)
-        info = {**info, "seconds": round(time.perf_counter() - start, 3)}
-        self.run_dir.mark_done(stage, step, info)
-        self.steps_run.append((stage, step))
-        if self._on_step_done is not None:
-            self._on_step_done(stage, step, info)
-        return info
-
     # ------------------------------------------------------------------ models
-    def model_before(self, it: int) -> str:
-        """The model that generates iteration `it`'s dialogues."""
-        return self.base_model if it == 0 else self.model_after(it - 1)
-
     def model_after(self, it: int) -> str:
         """The model iteration `it` produced: its checkpoint, or `model_before(it)` when nothing was
         selected (found from the run folder, so a moved run directory still resumes)."""
         if self.run_dir.done_info(it, "training").get("skipped"):
             return self.model_before(it)
         return str(self.run_dir.checkpoint(it))
-
-    def _policy_for(self, model: str, sampling: Any) -> Any:
-        if self._policy_factory is not None:
-            return self._policy_factory(model, sampling)
-        g = self.config.generation
-        if self._policy is not None and self._policy[0] == model and hasattr(self._policy[1], "with_sampling"):
-            return self._policy[1].with_sampling(sampling)
-        from optima_train.evaluation import build_policy, release_policy
-
-        release_policy(self._policy)  # free the previous model before loading the next
-        self._policy = None
-
-        policy = build_policy(g.backend, model, sampling, dtype=self.config.model.dtype, batch_size=g.batch_size,
-                              device=self.config.model.resolved_device(), backend_kwargs=g.backend_kwargs)
-        self._policy = (model, policy)
-        return policy
 
     def _sampling(self, *, greedy: bool) -> Any:
         from optima_agents.policies import SamplingParams
@@ -267,17 +134,6 @@ class ISFTTrainer:
                 "mean_reward": _mean(rewards), "component_means": means,
                 "readability_texts": batch.readability_texts,
                 "readability_computed": getattr(loss_fn, "computed", None)}
-
-    def _reference(self) -> Callable:
-        if self._reference_loss is None:
-            from optima_train.rewards import ReadabilityScorer
-
-            ref = self.config.model.reference or self.base_model
-            self._reference_loss = ReadabilityScorer(ref, dtype=self.config.model.dtype,
-                                                     device=self.config.model.resolved_device(),
-                                                     max_batch_tokens=self.config.reward.readability_batch_tokens,
-                                                     cache_path=self.run_dir.readability_cache)
-        return self._reference_loss
 
     def _selection(self, folder: Path, it: int) -> dict[str, Any]:
         from transformers import AutoTokenizer
@@ -377,15 +233,6 @@ class ISFTTrainer:
                 f"tokens {fmt(s['heldout_tokens'], '.1f')} | kept {s['kept_examples']} examples "
                 f"({s['kept_dialogues']} dialogues) | train loss {fmt(s['train_loss'], '.4f')} | {secs}")
 
-    def _write_run_summary(self, it: int, summary: Mapping[str, Any]) -> None:
-        path = self.run_dir.summary_path
-        rows = [r for r in (read_json(path) if path.exists() else {}).get("iterations", []) if r["iteration"] != it]
-        rows = sorted([*rows, dict(summary)], key=lambda r: r["iteration"])
-        baseline = self.run_dir.done_info("baseline", "evaluation") if self.run_dir.is_done("baseline", "evaluation") else None
-        atomic_write_json(path, {"baseline": baseline, "iterations": rows})
-        _tensorboard_scalars(self.run_dir.root / "tensorboard", it, summary)
-
-
 def train_sft(cfg: ISFTConfig, data: Path, init: str, folder: Path, *, seed: int) -> dict[str, Any]:
     """One SFT round: LoRA (merged) or full fine-tuning of `init` on `data`; saves the checkpoint."""
     import datasets
@@ -438,16 +285,6 @@ def train_sft(cfg: ISFTConfig, data: Path, init: str, folder: Path, *, seed: int
             "steps": output.global_step, "train_loss": output.training_loss,
             "last_logged_loss": losses[-1] if losses else None, "trainable_parameters": trainable,
             "lora": cfg.lora.enabled}
-
-
-def _tensorboard_scalars(logdir: Path, it: int, summary: Mapping[str, Any]) -> None:
-    from torch.utils.tensorboard import SummaryWriter
-
-    with SummaryWriter(log_dir=str(logdir)) as writer:
-        for key in ("heldout_score", "heldout_tokens", "sample_mean_score", "sample_mean_tokens", "mean_reward",
-                    "kept_examples", "train_loss"):
-            if summary.get(key) is not None:
-                writer.add_scalar(f"isft/{key}", float(summary[key]), it)
 
 
 def _floats(components: Mapping[str, Any]) -> dict[str, float | None]:
