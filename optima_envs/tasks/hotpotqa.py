@@ -33,7 +33,7 @@ Data: `optima_envs.data.hotpotqa` (original release JSON or hub rows; hub defaul
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from optima_envs.core.task import Task
 from optima_envs.core.termination import answer_repeats_previous_turn
@@ -73,10 +73,16 @@ def make_task(*, data_dir: str | None = None, data_files: str | list[str] | None
     """Build the `hotpotqa-ia` task; the keyword arguments are the `HotpotQAConfig` fields."""
     config = HotpotQAConfig(data_dir=data_dir, data_files=data_files, split=split, limit=limit, seed=seed,
                             on_error=on_error, hub_id=hub_id, first_sentence_only=first_sentence_only)
+    return multihop_paragraph_task("hotpotqa-ia", HotpotQASource(config, first_sentence_only=first_sentence_only))
+
+
+def multihop_paragraph_task(name: str, source: Any) -> Task:
+    """The multi-hop paragraph QA protocol shared by `hotpotqa-ia` and `2wikimqa-ia`: supporting
+    paragraphs dealt alternately, partners, `<A>answer</A>`, token F1, ends on a repeated answer."""
     return Task(
-        name="hotpotqa-ia",
+        name=name,
         family="ia",
-        source=HotpotQASource(config, first_sentence_only=config.first_sentence_only),
+        source=source,
         split_evidence=deal_supporting_alternately,
         prompts=InfoAsymmetricPrompts(),
         extract=extract_tag,

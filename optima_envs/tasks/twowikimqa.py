@@ -33,13 +33,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from optima_envs.core.task import Task
-from optima_envs.core.termination import answer_repeats_previous_turn
 from optima_envs.data.common import OnError
 from optima_envs.data.twowikimqa import TwoWikiMQASource
-from optima_envs.prompts.templates import InfoAsymmetricPrompts
-from optima_envs.scoring import extract_tag
-from optima_envs.splits import deal_supporting_alternately
-from optima_envs.tasks.hotpotqa import HotpotQAConfig, score_f1
+from optima_envs.tasks.hotpotqa import HotpotQAConfig, multihop_paragraph_task
 
 
 @dataclass(frozen=True)
@@ -54,14 +50,4 @@ def make_task(*, data_dir: str | None = None, data_files: str | list[str] | None
     """Build the `2wikimqa-ia` task; the keyword arguments are the `TwoWikiMQAConfig` fields."""
     config = TwoWikiMQAConfig(data_dir=data_dir, data_files=data_files, split=split, limit=limit, seed=seed,
                               on_error=on_error, hub_id=hub_id, first_sentence_only=first_sentence_only)
-    return Task(
-        name="2wikimqa-ia",
-        family="ia",
-        source=TwoWikiMQASource(config, first_sentence_only=config.first_sentence_only),
-        split_evidence=deal_supporting_alternately,
-        prompts=InfoAsymmetricPrompts(),
-        extract=extract_tag,
-        metric=score_f1,
-        termination=answer_repeats_previous_turn,
-        answer_format="<A>answer</A>",
-    )
+    return multihop_paragraph_task("2wikimqa-ia", TwoWikiMQASource(config, first_sentence_only=first_sentence_only))
