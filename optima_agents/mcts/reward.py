@@ -85,7 +85,7 @@ class OptimaTreeReward:
         return cls(RewardWeights(lambda_loss=0.0), None, **kwargs)
 
     def __call__(self, dialogues: Sequence[FinishedDialogue]) -> list[tuple[float | None, dict[str, float]]]:
-        from optima_train.rewards import DialogueSample, RewardTerm, Rubric, Turn, compute_rewards, default_rubric
+        from optima_train.rewards import DialogueSample, Turn, compute_rewards
 
         if not dialogues:
             return []
@@ -93,15 +93,6 @@ class OptimaTreeReward:
             counts = [d.tokens for d in dialogues if d.score_ok]
             # +1 as the reference does, so the percentile dialogue costs slightly under 1
             self.max_tokens = float(np.percentile(counts, self.token_percentile)) + 1.0 if counts else 1.0
-        scale = self.max_tokens
-        base = default_rubric(self.weights)
-        terms = []
-        for term in base.terms:
-            if term.name == "token_cost":
-                term = RewardTerm("token_cost", lambda x: x.tokens / scale if scale > 0 else 0.0, term.weight)
-            elif term.name == "max_tokens":
-                term = RewardTerm("max_tokens", lambda x: float(scale), 0.0)
-            terms.append(term)
         samples = [
             DialogueSample(
                 group=d.tree_id, agents=d.agents, utterances=tuple(Turn(s, t) for s, t in d.utterances),
@@ -110,7 +101,7 @@ class OptimaTreeReward:
             )
             for d in dialogues
         ]
-        batch = compute_rewards(samples, rubric=Rubric(tuple(terms)), turn_loss=self.turn_loss,
+        batch = compute_rewards(samples, weights=self.weights, turn_loss=self.turn_loss, max_tokens=self.max_tokens,
                                 **self.rubric_overrides)
         return [(r.reward, _numeric(r.components)) for r in batch.results]
 

@@ -81,7 +81,8 @@ def _exclusion(sample: DialogueSample) -> ExclusionReason | None:
 def compute_rewards(samples: Sequence[DialogueSample], *, weights: RewardWeights = RewardWeights(),
                     rubric: Rubric | None = None, turn_loss: TurnLossFn | None = None,
                     token_normalization: TokenNormalization = "group", token_percentile: float = 95.0,
-                    repeat_ratio: float = 90.0, repeat_min_chars: int = 12) -> RewardBatch:
+                    max_tokens: float | None = None, repeat_ratio: float = 90.0,
+                    repeat_min_chars: int = 12) -> RewardBatch:
     """Compute every component and the reward of each dialogue.
 
     Args:
@@ -91,13 +92,15 @@ def compute_rewards(samples: Sequence[DialogueSample], *, weights: RewardWeights
         turn_loss: per-utterance mean NLL (a `ReadabilityScorer`); required when
             `weights.lambda_loss > 0`. All utterances of all ranked dialogues go in one call.
         token_normalization, token_percentile: how `max_tokens` is chosen (`normalization`).
+        max_tokens: a fixed `max_tokens` for every dialogue instead (e.g. frozen for a whole MCTS
+            search, so rewards of different batches compare); must be > 0.
         repeat_ratio, repeat_min_chars: the repeat rule's knobs (`format_rules`).
 
     Returns:
         A `RewardBatch`: one `RewardResult` per sample (same order) and exclusion counts.
 
     Raises:
-        ConfigError: readability is weighted but no `turn_loss` was given.
+        ConfigError: readability is weighted but no `turn_loss` was given, or `max_tokens` <= 0.
     """
     rubric = rubric or default_rubric(weights)
     needs_lm = rubric.weights.get("readability", 0.0) != 0.0
@@ -106,9 +109,14 @@ def compute_rewards(samples: Sequence[DialogueSample], *, weights: RewardWeights
                           "pass one or set reward.lambda_loss=0")
     exclusions = [_exclusion(s) for s in samples]
     ranked = [i for i, e in enumerate(exclusions) if e is None]
-    denominators = max_tokens_for([samples[i].tokens for i in ranked], [samples[i].group for i in ranked],
-                                  mode=token_normalization, percentile=token_percentile)
-    max_tokens = dict(zip(ranked, denominators))
+    if max_tokens is not None and not max_tokens > 0:
+        raise ConfigError(f"compute_rewards: max_tokens must be > 0, got {max_tokens}")
+    if max_tokens is None:
+        denominators = max_tokens_for([samples[i].tokens for i in ranked], [samples[i].group for i in ranked],
+                                      mode=token_normalization, percentile=token_percentile)
+    else:
+        denominators = [float(max_tokens)] * len(ranked)
+    scale = dict(zip(ranked, denominators))
 
     losses: dict[int, float | None] = {}
     texts: list[str] = []
@@ -132,7 +140,7 @@ def compute_rewards(samples: Sequence[DialogueSample], *, weights: RewardWeights
         if exclusions[i] is not None:
             results.append(RewardResult(None, components, exclusions[i]))
             continue
-        inputs = RewardInputs(score=float(sample.score), tokens=int(sample.tokens), max_tokens=max_tokens[i],
+        inputs = RewardInputs(score=float(sample.score), tokens=int(sample.tokens), max_tokens=scale[i],
                               max_turn_lm_loss=losses.get(i), format_rate=report.rate, format_counts=report.counts)
         total, values = rubric.evaluate(inputs)
         components.update(values)

@@ -188,6 +188,13 @@ class TestComputeRewards:
         assert [res.components["max_tokens"] for res in batch.results] == [40.0, 40.0, 40.0]
         assert batch.results[2].reward == pytest.approx(1 - 10 / 40)
 
+    def test_fixed_max_tokens(self):
+        batch = compute_rewards(self.samples()[:3], weights=RewardWeights(1.0, 1.0, 0.0, 0.0), max_tokens=80)
+        assert [res.components["max_tokens"] for res in batch.results] == [80.0, 80.0, 80.0]
+        assert [res.reward for res in batch.results] == pytest.approx([1 - 20 / 80, 0 - 40 / 80, 1 - 10 / 80])
+        with pytest.raises(ConfigError, match="max_tokens must be > 0, got 0"):
+            compute_rewards(self.samples(), weights=RewardWeights(lambda_loss=0.0), max_tokens=0)
+
     def test_readability_needs_a_model_unless_its_weight_is_zero(self):
         with pytest.raises(ConfigError, match=re.escape("reward.lambda_loss > 0 needs a reference model")):
             compute_rewards(self.samples(), weights=RewardWeights(lambda_loss=0.8))
