@@ -53,7 +53,7 @@ UNLOADED_TOKENS_PER_S = 338.0  # DESIGN.md section 4: SmolLM2-135M, transformers
 # dialogue), so that every step, DPO and SFT training included, runs even when the base model
 # answers nothing right in a handful of questions; its figures check the pipeline, not the method.
 PRESETS: dict[str, dict[str, Any]] = {
-    "full": {"trees": 24, "mcts_iterations": 8, "rollouts": 3, "isft_questions": 32, "isft_samples": 10,
+    "full": {"trees": 32, "mcts_iterations": 8, "rollouts": 3, "isft_questions": 32, "isft_samples": 10,
              "eval_episodes": None, "max_new_tokens": None, "max_turns": None, "dpo_epochs": 1, "sft_epochs": 1,
              "relaxed": []},
     "smoke": {"trees": 4, "mcts_iterations": 3, "rollouts": 2, "isft_questions": 4, "isft_samples": 4,
