@@ -264,6 +264,83 @@ def reproject() -> None:
     print(json.dumps({m: r["projected_full"] for m, r in smoke["methods"].items()}, indent=2))
 
 
+def _stat(d: dict[str, Any] | None, spec: str = ".3f") -> str:
+    if not d or not d.get("n"):
+        return "n/a"
+    return f"{d['mean']:{spec}} (median {d['median']:{spec}}, {d['min']:{spec}}-{d['max']:{spec}})"
+
+
+def _heldout(ev: dict[str, Any] | None) -> str:
+    if not ev:
+        return "n/a | n/a"
+    s, t = ev["score"], ev["tokens"]
+    return f"{s['mean']:.3f} [{s['low']:.3f}, {s['high']:.3f}] | {t['mean']:.1f} [{t['low']:.1f}, {t['high']:.1f}]"
+
+
+def _idpo_lines(r: dict[str, Any], title: str, before: dict[str, Any] | None = None) -> list[str]:
+    """`before`: the start model's held-out figures when this run did not evaluate it (`--no-baseline`)."""
+    p, sec, tr = r["pairs"], r["seconds"], r["training"]
+    before = r.get("heldout_before") or before
+    return [
+        f"## {title}", "",
+        f"Start model: `{r['start_model']}`.", "",
+        f"- Search: {p['trees']} trees, {r['search']['iterations']} MCTS iterations, {r['search']['rollouts']} "
+        f"rollouts ({r['search']['dropped_rollouts']} dropped), {r['search']['merges']} merged children, "
+        f"{r['search']['policy_calls']} batched policy calls for {r['search']['turn_requests']} turns; "
+        f"token scale frozen at {r['max_tokens']:.1f}.",
+        f"- Pairs: {p['qualifying_pairs']} qualifying, {p['kept_pairs']} kept; trees with a pair "
+        f"{p['trees_with_pairs']} of {p['trees']}; kept pairs per tree {_stat(p['pairs_per_tree'], '.2f')}.",
+        f"- Chosen-rejected value gap {_stat(p['gap'])}; chosen value {_stat(p['chosen_value'])}.",
+        f"- Tokens of the chosen reply {_stat(p['chosen_tokens'], '.1f')}, rejected {_stat(p['rejected_tokens'], '.1f')}; "
+        f"chosen shorter in {100 * (p.get('chosen_shorter_share') or 0):.0f}% of pairs.",
+        f"- DPO + NLL: {tr['pairs']} pairs, {tr['steps']} steps, loss {tr['train_loss']}, reference {tr['reference']}"
+        + (f"; skipped: {tr['skipped']}" if tr.get("skipped") else "") + ".",
+        f"- Seconds: MCTS {sec['mcts']} (generation {r['search']['generate_s']}, reward {r['search']['reward_s']}), "
+        f"training {sec['training']}, evaluation {sec['evaluation']}.", "",
+        "| model | held-out score | tokens / dialogue |", "|---|---|---|",
+        f"| before (start model) | {_heldout(before)} |",
+        f"| after | {_heldout(r.get('heldout_after'))} |", "",
+    ]
+
+
+def markdown(run: dict[str, Any], preset_name: str) -> str:
+    """The report of one preset's runs (`benchmarks/results/idpo_synth_hop.md`)."""
+    h = run["heldout"]
+    lines = [f"# iDPO and iSFT-DPO on synth-hop-ia with SmolLM2-135M ({preset_name})", "",
+             f"Held-out set: {h['episodes']} `{h['env_id']}` dialogues, {h['env_kwargs']} {h['eval_env_kwargs']}, "
+             f"at most {h['max_turns']} turns of {h['max_new_tokens']} new tokens, greedy"
+             + ("; the same episodes as `isft_synth_hop.md` (`leaderboard_synth_hop.md` puts all systems side by "
+                "side)." if preset_name == "full" else "."), "",
+             f"Preset: {run['preset']}. Overrides: {run.get('overrides') or 'none'}. Backend: {run.get('backend', 'hf')}.", ""]
+    methods = run["methods"]
+    isft_iter0 = _eval(ISFT_CHECKPOINT.parents[1] / "evaluation")
+    if "idpo" in methods:
+        start_is_isft = methods["idpo"]["start_model"] == str(ISFT_CHECKPOINT)
+        lines += _idpo_lines(methods["idpo"], "iDPO: one iteration", isft_iter0 if start_is_isft else None)
+        lines += [f"Wall time {methods['idpo']['wall_s'] / 60:.1f} min.", ""]
+    if "isft-dpo" in methods:
+        m = methods["isft-dpo"]
+        i = m["isft"]
+        lines += ["## iSFT-DPO: one cycle (an iSFT iteration, then an iDPO iteration)", "",
+                  f"- iSFT stage: {i['dialogues']} dialogues, {i['selected']} selected, {i['examples']} examples, "
+                  f"train loss {i['train_loss']}; seconds {i['seconds']}.",
+                  f"- iSFT stage held-out: {_heldout(i.get('heldout_after')).replace(' | ', ' score, ')} tokens.", ""]
+        lines += _idpo_lines(m["idpo"], "iSFT-DPO: the iDPO stage", i.get("heldout_after"))
+        lines += [f"Wall time {m['wall_s'] / 60:.1f} min.", ""]
+    load = run.get("load_average", {})
+    lines.append(f"Machine: 2 CPUs, torch threads {run.get('torch_threads')}, load average before/after "
+                 f"{load.get('before')} / {load.get('after')}.")
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(preset_name: str) -> Path:
+    path = Path(__file__).resolve().parent / "results" / f"{NAME}.json"
+    run = json.loads(path.read_text())["runs"][preset_name]
+    out = path.with_suffix(".md") if preset_name == "full" else path.with_name(f"{NAME}_{preset_name}.md")
+    out.write_text(markdown(run, preset_name))
+    return out
+
+
 def _extra(method: str, args: argparse.Namespace) -> list[str]:
     """The command line's backend, baseline and `--set` overrides that apply to `method`'s config."""
     sections = ("search.", "generation.") if method == "isft-dpo" else ("search.",)
@@ -290,11 +367,16 @@ def main() -> None:
                         help="Skip evaluating the starting model (when the iSFT experiment already did).")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="More config overrides for both methods (repeatable); a key a method lacks is skipped.")
+    parser.add_argument("--markdown", action="store_true",
+                        help="Only rewrite the markdown report of --preset from the stored JSON (no runs).")
     parser.add_argument("--reproject", action="store_true",
                         help="Recompute the projections of the stored smoke results (no runs).")
     args = parser.parse_args()
     if args.reproject:
         return reproject()
+    if args.markdown:
+        print("wrote", write_markdown(args.preset))
+        return
 
     from optima_train.idpo import IDPOTrainer
     from optima_train.isft_dpo import ISFTDPOTrainer
@@ -333,8 +415,9 @@ def main() -> None:
     runs = dict(previous.get("runs", {}))
     runs[args.preset] = {"preset": preset, "heldout": h, "start_model": start, "methods": results, "calibration": call,
                          "load_average": {"before": load_before, "after": os.getloadavg()},
-                         "torch_threads": args.threads}
+                         "torch_threads": args.threads, "backend": args.backend, "overrides": args.overrides}
     print("wrote", write_result(NAME, {"task": "synth-hop-ia", "model": "smollm2-135m", "runs": runs}))
+    print("wrote", write_markdown(args.preset))
 
 
 if __name__ == "__main__":
