@@ -310,7 +310,7 @@ def markdown(run: dict[str, Any], preset_name: str) -> str:
              f"Held-out set: {h['episodes']} `{h['env_id']}` dialogues, {h['env_kwargs']} {h['eval_env_kwargs']}, "
              f"at most {h['max_turns']} turns of {h['max_new_tokens']} new tokens, greedy"
              + ("; the same episodes as `isft_synth_hop.md` (`leaderboard_synth_hop.md` puts all systems side by "
-                "side)." if preset_name == "full" else "."), "",
+                "side)." if run.get("preset_name", preset_name) == "full" else "."), "",
              f"Preset: {run['preset']}. Overrides: {run.get('overrides') or 'none'}. Backend: {run.get('backend', 'hf')}.", ""]
     methods = run["methods"]
     isft_iter0 = _eval(ISFT_CHECKPOINT.parents[1] / "evaluation")
@@ -333,11 +333,11 @@ def markdown(run: dict[str, Any], preset_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(preset_name: str) -> Path:
+def write_markdown(label: str) -> Path:
     path = Path(__file__).resolve().parent / "results" / f"{NAME}.json"
-    run = json.loads(path.read_text())["runs"][preset_name]
-    out = path.with_suffix(".md") if preset_name == "full" else path.with_name(f"{NAME}_{preset_name}.md")
-    out.write_text(markdown(run, preset_name))
+    run = json.loads(path.read_text())["runs"][label]
+    out = path.with_suffix(".md") if label == "full" else path.with_name(f"{NAME}_{label}.md")
+    out.write_text(markdown(run, label))
     return out
 
 
@@ -367,6 +367,8 @@ def main() -> None:
                         help="Skip evaluating the starting model (when the iSFT experiment already did).")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="More config overrides for both methods (repeatable); a key a method lacks is skipped.")
+    parser.add_argument("--label", default=None,
+                        help="Name of this run in the results (default: the preset); other labels' results are kept.")
     parser.add_argument("--markdown", action="store_true",
                         help="Only rewrite the markdown report of --preset from the stored JSON (no runs).")
     parser.add_argument("--reproject", action="store_true",
@@ -375,20 +377,21 @@ def main() -> None:
     if args.reproject:
         return reproject()
     if args.markdown:
-        print("wrote", write_markdown(args.preset))
+        print("wrote", write_markdown(args.label or args.preset))
         return
 
     from optima_train.idpo import IDPOTrainer
     from optima_train.isft_dpo import ISFTDPOTrainer
 
     preset = PRESETS[args.preset]
+    label = args.label or args.preset
     h = heldout(preset)
     start = args.start_model or (str(ISFT_CHECKPOINT) if ISFT_CHECKPOINT.is_dir() else "smollm2-135m")
     load_before = os.getloadavg()
     results: dict[str, Any] = {}
     call = calibrate(heldout(PRESETS["full"]), 64, args.threads) if args.preset == "smoke" else None
     for method in [m.strip() for m in args.methods.split(",") if m.strip()]:
-        out = Path(args.runs) / f"{method}_synth_hop_{args.preset}"
+        out = Path(args.runs) / f"{method}_synth_hop_{label}"
         if out.exists() and not args.resume:
             shutil.rmtree(out)
         t0 = time.perf_counter()
@@ -413,11 +416,11 @@ def main() -> None:
     path = Path(__file__).resolve().parent / "results" / f"{NAME}.json"
     previous = json.loads(path.read_text()) if path.is_file() else {}
     runs = dict(previous.get("runs", {}))
-    runs[args.preset] = {"preset": preset, "heldout": h, "start_model": start, "methods": results, "calibration": call,
+    runs[label] = {"preset_name": args.preset, "preset": preset, "heldout": h, "start_model": start, "methods": results, "calibration": call,
                          "load_average": {"before": load_before, "after": os.getloadavg()},
                          "torch_threads": args.threads, "backend": args.backend, "overrides": args.overrides}
     print("wrote", write_result(NAME, {"task": "synth-hop-ia", "model": "smollm2-135m", "runs": runs}))
-    print("wrote", write_markdown(args.preset))
+    print("wrote", write_markdown(label))
 
 
 if __name__ == "__main__":
