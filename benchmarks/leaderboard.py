@@ -33,7 +33,9 @@ DEFAULT_ROWS = (
     ("untrained, 'be concise' prompt", f"{ISFT}/concise/evaluation"),
     ("iSFT iteration 0", f"{ISFT}/iter_000/evaluation"),
     ("iSFT iteration 1", f"{ISFT}/iter_001/evaluation"),
-    ("iDPO (1 iteration from iSFT iteration 0)", f"{BENCH}/idpo_synth_hop_full/iter_000/evaluation"),
+    ("iDPO (1 iteration from iSFT iteration 0; 32 trees, temperature 0.5)", f"{BENCH}/idpo_synth_hop_full/iter_000/evaluation"),
+    ("iDPO (1 iteration from iSFT iteration 0; 96 trees, temperature 0.7)",
+     f"{BENCH}/idpo_synth_hop_full_t07_96trees/iter_000/evaluation"),
     ("iSFT-DPO: iSFT stage (from iSFT iteration 0)", f"{BENCH}/isft-dpo_synth_hop_full/cycle_000/isft/iter_000/evaluation"),
     ("iSFT-DPO: iDPO stage (1 full cycle)", f"{BENCH}/isft-dpo_synth_hop_full/cycle_000/idpo/iter_000/evaluation"),
 )
