@@ -90,9 +90,19 @@ def _common(p: dict[str, Any], h: dict[str, Any], threads: int | None) -> list[s
     ]
 
 
+def _sections(method: str) -> tuple[str, ...]:
+    """The `section.` prefixes `method`'s config has (an override for another section is skipped)."""
+    import dataclasses
+
+    from optima_train.idpo import IDPOConfig
+    from optima_train.isft_dpo import ISFTDPOConfig
+
+    cls = {"idpo": IDPOConfig, "isft-dpo": ISFTDPOConfig}[method]
+    return tuple(f"{f.name}." for f in dataclasses.fields(cls))
+
+
 def _relaxed(p: dict[str, Any], method: str) -> list[str]:
-    sections = ("pairs.", "train.") if method == "idpo" else ("pairs.", "selection.", "dpo.", "sft.")
-    return [o for o in p["relaxed"] if o.startswith(sections)]
+    return [o for o in p["relaxed"] if o.startswith(_sections(method))]
 
 
 def idpo_config(p: dict[str, Any], h: dict[str, Any], start: str, out: Path, threads: int | None,
@@ -247,7 +257,8 @@ def projection(method: str, report: dict[str, Any], smoke: dict[str, Any], full:
     # batch 32: 338 tokens/s), for when the 2 cores are not shared with other jobs.
     slowdown = UNLOADED_TOKENS_PER_S / max(call["tokens_per_s"], 1e-9)
     out["total_h_unloaded"] = round(out["total_s"] / slowdown / 3600, 2)
-    out["assumed"] = {"measured_tokens_per_s": call["tokens_per_s"], "unloaded_tokens_per_s": UNLOADED_TOKENS_PER_S,"seconds_per_64_row_call": per_call, "mcts_calls_per_iteration": round(calls_per_iteration, 2),
+    out["assumed"] = {"measured_tokens_per_s": call["tokens_per_s"], "unloaded_tokens_per_s": UNLOADED_TOKENS_PER_S,
+                      "seconds_per_64_row_call": per_call, "mcts_calls_per_iteration": round(calls_per_iteration, 2),
                       "kept_pairs_per_tree": round(pairs_per_tree, 2), "dpo_seconds_per_pair": round(per_pair, 2)}
     return out
 
@@ -343,14 +354,10 @@ def write_markdown(label: str) -> Path:
 
 def _extra(method: str, args: argparse.Namespace) -> list[str]:
     """The command line's backend, baseline and `--set` overrides that apply to `method`'s config."""
-    sections = ("search.", "generation.") if method == "isft-dpo" else ("search.",)
-    extra = [f"{sec}backend={args.backend}" for sec in sections]
+    extra = [f"{sec}backend={args.backend}" for sec in ("search.", "generation.") if sec in _sections(method)]
     if args.no_baseline:
         extra.append("eval.baseline=false")
-    own = {"idpo": ("train.", "pairs.", "mcts.", "search.", "eval.", "reward.", "lora.", "run.", "task.", "model."),
-           "isft-dpo": ("sft.", "dpo.", "generation.", "selection.", "cycles.", "pairs.", "mcts.", "search.", "eval.",
-                        "reward.", "lora.", "run.", "task.", "model.")}[method]
-    return extra + [o for o in args.overrides if o.startswith(own)]
+    return extra + [o for o in args.overrides if o.startswith(_sections(method))]
 
 
 def main() -> None:

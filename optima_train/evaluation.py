@@ -92,14 +92,6 @@ def summarize(records: Sequence[Any], *, env_id: str = "", env_kwargs: Mapping[s
     )
 
 
-def release_policy(held: tuple[str, Any] | None) -> None:
-    """Close a held `(model, policy)` pair's backend now (a vLLM engine's worker processes and
-    memory), rather than whenever garbage collection gets to it; policies without `close` are
-    simply dropped."""
-    if held is not None and callable(getattr(held[1], "close", None)):
-        held[1].close()
-
-
 def build_policy(backend: str, model: str, sampling: Any, *, dtype: str | None = "bfloat16",
                  batch_size: int | None = None, device: str | None = None,
                  backend_kwargs: Mapping[str, Any] | None = None) -> Any:

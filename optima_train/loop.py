@@ -177,10 +177,10 @@ class IterativeTrainer:
         return self.base_model if it == 0 else self.model_after(it - 1)
 
     def close(self) -> None:
-        """Release the generation backend (a vLLM engine's processes); the trainer stays usable."""
-        from optima_train.evaluation import release_policy
-
-        release_policy(self._policy)
+        """Release the generation backend now (a vLLM engine's processes and memory) rather than at
+        garbage collection; the trainer stays usable. Policies without `close` are just dropped."""
+        if self._policy is not None and callable(getattr(self._policy[1], "close", None)):
+            self._policy[1].close()
         self._policy = None
 
     def _policy_for(self, model: str, sampling: Any) -> Any:
@@ -197,6 +197,11 @@ class IterativeTrainer:
                               device=self.config.model.resolved_device(), backend_kwargs=s.backend_kwargs)
         self._policy = (model, policy)
         return policy
+
+    @property
+    def reference_loss(self) -> Callable | None:
+        """The readability scorer once loaded (or given), else None; another trainer may reuse it."""
+        return self._reference_loss
 
     def _reference(self) -> Callable:
         """The frozen readability reference (per-utterance loss), loaded once."""

@@ -38,7 +38,6 @@ import contextlib
 import copy
 from typing import Any, Iterator, Sequence
 
-
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, prompt_ids
 from optima_agents.policies.base import Action, SamplingParams, TurnRequest, row_seed
 
@@ -135,7 +134,7 @@ class HFPolicy:
             return []
         self._calls += 1
         prompts = [prompt_ids(r.observation, self.tokenizer, self.chat_format) for r in requests]
-        seeds = [self._row_seed(r.seed, i) for i, r in enumerate(requests)]
+        seeds = [row_seed(self.sampling.seed, r.seed, self._calls, i) for i, r in enumerate(requests)]
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         actions: list[Action | None] = [None] * len(prompts)
         for start in range(0, len(order), self.batch_size):
@@ -166,9 +165,6 @@ class HFPolicy:
         return other
 
     # ------------------------------------------------------------------ internals
-    def _row_seed(self, request_seed: int | None, row: int) -> int:
-        return row_seed(self.sampling.seed, request_seed, self._calls, row)
-
     def _generate(self, prompts: list[list[int]], seeds: list[int]) -> list[list[int]]:
         import torch
         from transformers import GenerationConfig, LogitsProcessorList

@@ -33,7 +33,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
-
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, chat_messages, clean_output, encode_text
 from optima_agents.policies.base import Action, SamplingParams, TurnRequest, row_seed
 
@@ -130,7 +129,7 @@ class OpenAIPolicy:
         if not requests:
             return []
         self._calls += 1
-        seeds = [self._row_seed(r.seed, i) for i, r in enumerate(requests)]
+        seeds = [row_seed(self.sampling.seed, r.seed, self._calls, i) for i, r in enumerate(requests)]
         return list(self._pool.map(self._one, requests, seeds))
 
     def identity(self) -> dict[str, Any]:
@@ -283,9 +282,6 @@ class OpenAIPolicy:
         if retry_after_s is not None:
             delay = max(delay, min(retry_after_s, _MAX_RETRY_AFTER_S))
         return delay
-
-    def _row_seed(self, request_seed: int | None, row: int) -> int:
-        return row_seed(self.sampling.seed, request_seed, self._calls, row)
 
 
 def _load_tokenizer(model: str) -> Any:

@@ -41,7 +41,6 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping, Sequence
 
-
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, prompt_ids
 from optima_agents.policies.base import Action, SamplingParams, TurnRequest, row_seed
 
@@ -152,7 +151,7 @@ class VLLMPolicy:
                     error=f"prompt of {len(ids)} tokens does not fit max_model_len={self.max_model_len}",
                 )
             else:
-                batch.append((i, ids, self._params(self._row_seed(request.seed, i))))
+                batch.append((i, ids, self._params(row_seed(self.sampling.seed, request.seed, self._calls, i))))
         if batch:
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for _, ids, _ in batch],
                                         [p for _, _, p in batch], use_tqdm=False)
@@ -242,9 +241,6 @@ class VLLMPolicy:
             n=1, temperature=sp.temperature, top_p=sp.top_p, max_tokens=sp.max_new_tokens, seed=seed,
             stop=list(sp.stop) or None, stop_token_ids=self.stop_token_ids, detokenize=bool(sp.stop),
         )
-
-    def _row_seed(self, request_seed: int | None, row: int) -> int:
-        return row_seed(self.sampling.seed, request_seed, self._calls, row)
 
     def _to_action(self, generated: list[int], prompt_len: int, seed: int | None) -> Action:
         cleaned = clean_output(self.tokenizer, generated, max_new_tokens=self.sampling.max_new_tokens,

@@ -119,10 +119,7 @@ class IDPOTrainer(IterativeTrainer):
                                f"{cfg.train.min_pairs}; the model is unchanged[/]")
             return {"skipped": f"{kept} kept pairs < train.min_pairs", "checkpoint": init, "pairs": kept,
                     "train_loss": None}
-        from optima_train.evaluation import release_policy
-
-        release_policy(self._policy)  # free the search model's memory for training
-        self._policy = None
+        self.close()  # free the search model's memory for training
         return train_dpo(cfg, self.run_dir.step_dir(it, "search") / "pairs.parquet", init, folder,
                          seed=cfg.run.seed + it)
 

@@ -177,10 +177,7 @@ class ISFTTrainer(IterativeTrainer):
             self.console.print(f"[yellow]iter {it}: no dialogue was selected; the model is unchanged[/]")
             return {"skipped": "no selected examples", "checkpoint": None, "examples": 0, "train_loss": None}
         init = self.model_before(it) if cfg.train.init == "previous" else self.base_model
-        from optima_train.evaluation import release_policy
-
-        release_policy(self._policy)  # free the generation model's memory for training
-        self._policy = None
+        self.close()  # free the generation model's memory for training
         return train_sft(cfg, self.run_dir.step_dir(it, "selection") / "sft.parquet", init, folder,
                          seed=cfg.run.seed + it)
 

@@ -65,14 +65,21 @@ class ISFTDPOTrainer:
                 first_row = len(rows)
                 isft = ISFTTrainer(subs["isft"], on_step_done=self._hook(cycle, "isft"), **self._kwargs)
                 rows += [self._row(cycle, "isft", s) for s in isft.train()]
-                isft.close()
+                self._share_reference(isft)
                 model = isft.model_after(cfg.cycles.isft_iterations - 1)
                 idpo = IDPOTrainer(subs["idpo"](model), on_step_done=self._hook(cycle, "idpo"), **self._kwargs)
                 rows += [self._row(cycle, "idpo", s) for s in idpo.train()]
-                idpo.close()
+                self._share_reference(idpo)
                 model = idpo.model_after(cfg.cycles.idpo_iterations - 1)
                 self._write_summary(rows, first_row)
         return rows
+
+    def _share_reference(self, stage: Any) -> None:
+        """Close a finished stage's backend and hand its readability scorer (loaded model and
+        in-memory cache) to the next stages: every stage scores against the same reference model."""
+        stage.close()
+        if self._kwargs["reference_loss"] is None:
+            self._kwargs["reference_loss"] = stage.reference_loss
 
     def _hook(self, cycle: int, stage: str) -> Callable[[Any, str, Mapping[str, Any]], None]:
         def hook(sub_stage: Any, step: str, info: Mapping[str, Any]) -> None:
