@@ -19,9 +19,10 @@ TensorBoard) and `NAME`, and implements `_iteration(it)` and `model_after(it)`.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 from optima_envs.errors import ConfigError
 from optima_train.config_io import config_to_dict
@@ -137,17 +138,30 @@ class IterativeTrainer:
         """Run every iteration not finished yet; returns one summary per iteration."""
         cfg = self.config
         self.check_resources()
-        if cfg.run.num_threads is not None:
-            import torch
-
-            torch.set_num_threads(cfg.run.num_threads)
-        with self.run_dir.lock():
+        with self._torch_threads(cfg.run.num_threads), self.run_dir.lock():
             if self.run_dir.check_config(config_to_dict(cfg), may_change=type(cfg).RESUMABLE):
                 done = self.run_dir.finished_iterations(self.STEPS)
                 self.console.print(f"[bold]resuming[/] {self.run_dir.root}: {len(done)} iteration(s) finished")
             if cfg.eval.baseline:
                 self._step("baseline", "evaluation", lambda folder: self._evaluation(folder, self.base_model))
             return [self._iteration(it) for it in range(cfg.run.iterations)]
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _torch_threads(count: int | None) -> Iterator[None]:
+        """torch's CPU thread count for the run (None: unchanged), restored afterwards: it is
+        process-wide, and the caller's own work after `train()` must not inherit it."""
+        if count is None:
+            yield
+            return
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(count)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
     def _evaluates(self, it: int) -> bool:
         return (it + 1) % self.config.eval.every == 0 or it == self.config.run.iterations - 1

@@ -91,7 +91,11 @@ class Action:
         return self.finish_reason == "error"
 
     def to_env_action(self) -> dict[str, Any]:
-        """The env's action format: text plus the exact token ids."""
+        """The env's action format: the text, plus its exact token ids when the backend reported
+        them. Without ids (a server that returns none, a scripted policy) the env counts the
+        text's tokens itself; an empty id list would claim the text cost 0 tokens."""
+        if not self.token_ids:
+            return {"text": self.text}
         return {"text": self.text, "token_ids": list(self.token_ids)}
 
 

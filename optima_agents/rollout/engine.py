@@ -207,9 +207,7 @@ class RolloutEngine:
         if action.failed:
             error = f"turn {request.observation['turn']} ({request.agent}): {action.error or 'policy error'}"
             return _record(env, item, error=error)
-        # No ids for a non-empty text means "unknown" (e.g. a scripted policy): the env counts them.
-        message = action.to_env_action() if action.token_ids or not action.text else action.text
-        observations, *_ = env.step({request.agent: message})
+        observations, *_ = env.step({request.agent: action.to_env_action()})
         item.produced[request.observation["turn"]] = action
         item.snapshot, item.observations = env.snapshot(), observations
         stats.turns += 1

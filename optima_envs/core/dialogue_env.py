@@ -15,7 +15,7 @@ from optima_envs.core import render as render_lib
 from optima_envs.core.spaces import DialogueObservationSpace, MessageSpace
 from optima_envs.core.state import DialogueState, EnvSnapshot
 from optima_envs.core.task import Task, instance_gold_for_info
-from optima_envs.core.tokens import make_token_counter
+from optima_envs.core.tokens import make_token_counter, read_token_ids
 from optima_envs.core.types import Message
 from optima_envs.errors import (
     ConfigError,
@@ -263,14 +263,8 @@ class DialogueEnv(ParallelEnv):
         if isinstance(action, str):
             return action, None
         if isinstance(action, Mapping) and isinstance(action.get("text"), str):
-            ids = action.get("token_ids")
-            if ids is None:
-                return action["text"], None
-            if isinstance(ids, (str, bytes)) or not all(
-                isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in ids
-            ):
-                raise InvalidActionError(f"{speaker!r}'s token_ids must be a sequence of ints")
-            return action["text"], tuple(int(i) for i in ids)
+            text = action["text"]
+            return text, read_token_ids(action.get("token_ids"), text, speaker)
         raise InvalidActionError(
             f"{speaker!r}'s action must be a str or a mapping with a 'text' str "
             f"(and optional 'token_ids'), got {type(action).__name__}"

@@ -12,6 +12,8 @@ from typing import Any, Mapping
 import numpy as np
 from gymnasium import spaces
 
+from optima_envs.core.tokens import MAX_TOKEN_ID
+
 # Printable ranges, plus a few troublemakers (RTL, combining marks, emoji, CJK, NUL).
 _CODEPOINT_RANGES = ((0x20, 0x7E), (0xA0, 0x24F), (0x590, 0x5FF), (0x300, 0x36F),
                      (0x4E00, 0x4FFF), (0x1F300, 0x1F5FF), (0x0, 0x1F))
@@ -44,7 +46,13 @@ class MessageSpace(spaces.Space[Any]):
             return True
         if isinstance(x, Mapping) and isinstance(x.get("text"), str):
             ids = x.get("token_ids")
-            return ids is None or all(isinstance(i, (int, np.integer)) for i in ids)
+            if ids is None:
+                return True
+            if not isinstance(ids, (list, tuple, np.ndarray)):
+                return False
+            in_range = all(isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+                           and 0 <= int(i) <= MAX_TOKEN_ID for i in ids)
+            return in_range and (len(ids) > 0 or not x["text"])
         return False
 
     @property

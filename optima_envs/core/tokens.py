@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from optima_envs.errors import InvalidActionError
 
 TokenCounter = Callable[[str], int]
 """Maps a message to its token count. Must be deterministic (it feeds infos and rewards)."""
+
+#: Token ids are stored as int32 in episode buffers; larger or negative ids are no vocabulary's.
+MAX_TOKEN_ID = 2**31 - 1
 
 _PIECE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
@@ -45,3 +52,27 @@ def _as_count(result: Any) -> int:
     if hasattr(result, "__len__"):
         return len(result)
     raise TypeError(f"a token counter must return an int or a sequence, got {type(result).__name__}")
+
+
+def read_token_ids(ids: Any, text: str, speaker: str) -> tuple[int, ...] | None:
+    """An action's `token_ids` as a tuple of ints (None: not given, the env counts the text).
+
+    Any iterable is read once, so an iterator costs what it yields. An empty list with a
+    non-empty text is refused: it would record the message as costing exactly 0 tokens, which
+    silently removes the token penalty from every reward built on it.
+    """
+    if ids is None:
+        return None
+    if isinstance(ids, (str, bytes, dict)) or not isinstance(ids, Iterable):
+        raise InvalidActionError(f"{speaker!r}'s token_ids must be a list of ints (or None to have the env "
+                                 f"count the text's tokens), got {type(ids).__name__}")
+    values = list(ids)
+    bad = [i for i in values if isinstance(i, bool) or not isinstance(i, (int, np.integer))
+           or not 0 <= int(i) <= MAX_TOKEN_ID]
+    if bad:
+        raise InvalidActionError(f"{speaker!r}'s token_ids must be ints in [0, {MAX_TOKEN_ID}], "
+                                 f"got {bad[0]!r} ({type(bad[0]).__name__})")
+    if not values and text:
+        raise InvalidActionError(f"{speaker!r}'s token_ids is empty but its text is not ({text[:40]!r}): pass the "
+                                 "ids the text was generated as, or omit token_ids to have the env count them")
+    return tuple(int(i) for i in values)

@@ -40,19 +40,28 @@ def check_seed_determinism(make_env: Callable[[], DialogueEnv], seed: int = 42) 
 
 
 def check_snapshot_roundtrip(env: DialogueEnv, seed: int = 7, at_turn: int = 1) -> None:
-    """Snapshot mid-episode, play on, restore, replay the same actions: identical results; and
-    two snapshots stay independent of each other."""
+    """Snapshot after `at_turn` messages, play on, restore, replay the same actions: identical
+    results; the observations right after `restore` equal those at the snapshot; and two
+    snapshots stay independent of each other. The episode must still be running at the
+    snapshot (otherwise nothing would be compared), so `at_turn` must be below `max_turns`."""
     messages = random_messages(seed, 40)
     env.reset(seed=seed)
-    for message in messages[:at_turn]:
-        if not env.agents:
-            return
+    for turn, message in enumerate(messages[:at_turn]):
+        assert env.agents, (f"the episode ended after {turn} message(s), before the snapshot at turn {at_turn}: "
+                            f"pass a smaller at_turn (max_turns={env.max_turns})")
         env.step({env.current_speaker: message})
+    assert env.agents, (f"the episode ended at turn {at_turn}, the snapshot turn: nothing is left to replay; "
+                        f"pass a smaller at_turn (max_turns={env.max_turns})")
+    at_snapshot = (env.observations_for(env.state), env.render())
     snap = env.snapshot()
     rest = messages[at_turn:]
     first = _continue(env, rest)
+    assert first, "no step was played after the snapshot"
     later = env.snapshot()
     env.restore(snap)
+    restored = (env.observations_for(env.state), env.render())
+    assert data_equivalence(at_snapshot, restored), \
+        f"observations after restore differ from those at the snapshot:\n{at_snapshot!r}\n!=\n{restored!r}"
     second = _continue(env, rest)
     assert data_equivalence(first, second), f"replay after restore differs:\n{first!r}\n!=\n{second!r}"
     env.restore(later)

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from optima_train.idpo.idpo_config import IDPOConfig
 from optima_train.loop import IterativeTrainer
-from optima_train.run_dir import atomic_dir, atomic_write_json, read_json
+from optima_train.run_dir import atomic_write_json, read_json
 
 __all__ = ["IDPO_STEPS", "IDPOTrainer", "train_dpo"]
 
@@ -165,37 +165,20 @@ def train_dpo(cfg: Any, pairs: Path, init: str, folder: Path, *, seed: int) -> d
 
     `cfg` is any config with `train` (a `DPOTrainSection`), `lora` and `run` sections.
     """
-    import torch
     from torch.utils.tensorboard import SummaryWriter
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.integrations import TensorBoardCallback
     from trl import DPOConfig, DPOTrainer
 
     from optima_train.dpo_data import read_pairs, to_dpo_dataset
+    from optima_train.trl_glue import finish_training, load_for_training, lora_config, training_args
 
     t = cfg.train
     dataset = to_dpo_dataset(read_pairs(pairs)).remove_columns(["pair_id"])
-    tokenizer = AutoTokenizer.from_pretrained(init)
-    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
-    peft_config = None
-    if cfg.lora.enabled:
-        from peft import LoraConfig
-
-        targets: Any = cfg.lora.target_modules
-        targets = "all-linear" if list(targets) == ["all-linear"] else list(targets)
-        peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                                 target_modules=targets, task_type="CAUSAL_LM")
+    tokenizer, model = load_for_training(init)
+    peft_config = lora_config(cfg)
     losses = {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, t.rpo_alpha]} if t.rpo_alpha > 0 else \
         {"loss_type": ["sigmoid"]}
-    args = DPOConfig(
-        output_dir=str(folder / "trainer"), report_to="none", save_strategy="no", seed=seed, beta=t.beta, **losses,
-        learning_rate=t.learning_rate, num_train_epochs=t.num_train_epochs, max_steps=t.max_steps,
-        per_device_train_batch_size=t.per_device_train_batch_size,
-        gradient_accumulation_steps=t.gradient_accumulation_steps, max_length=t.max_length,
-        lr_scheduler_type=t.lr_scheduler_type, warmup_steps=t.warmup_steps, weight_decay=t.weight_decay,
-        bf16=t.bf16, gradient_checkpointing=t.gradient_checkpointing, logging_steps=t.logging_steps,
-        use_cpu=not torch.cuda.is_available(), disable_tqdm=not cfg.run.progress, **t.extra,
-    )
+    args = DPOConfig(beta=t.beta, **losses, **training_args(cfg, folder, seed=seed))
     writer = SummaryWriter(log_dir=str(folder / "logs"))
     # ref_model=None with a peft_config: the reference log-probs come from the same model with
     # the adapter disabled (TRL's `use_adapter(..., None)`), so no second copy is held in memory.
@@ -204,12 +187,7 @@ def train_dpo(cfg: Any, pairs: Path, init: str, folder: Path, *, seed: int) -> d
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     output = trainer.train()
     writer.close()
-    trained = trainer.model.merge_and_unload() if peft_config is not None else trainer.model
-    with atomic_dir(folder / "checkpoint") as tmp:
-        trained.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    history = trainer.state.log_history
-    atomic_write_json(folder / "train.json", {"log_history": history, "metrics": output.metrics})
+    history = finish_training(trainer, output, tokenizer, folder)
     logged = [h for h in history if "loss" in h]
     last = logged[-1] if logged else {}
     return {"checkpoint": str(folder / "checkpoint"), "init": init, "pairs": len(dataset),

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from optima_train.isft.isft_config import ISFTConfig
 from optima_train.loop import IterativeTrainer, PolicyFactory, StepHook
-from optima_train.run_dir import atomic_dir, atomic_write_json
+from optima_train.run_dir import atomic_write_json
 
 __all__ = ["ISFTTrainer", "PolicyFactory", "StepHook"]
 
@@ -233,50 +233,28 @@ class ISFTTrainer(IterativeTrainer):
 def train_sft(cfg: ISFTConfig, data: Path, init: str, folder: Path, *, seed: int) -> dict[str, Any]:
     """One SFT round: LoRA (merged) or full fine-tuning of `init` on `data`; saves the checkpoint."""
     import datasets
-    import torch
     from torch.utils.tensorboard import SummaryWriter
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.integrations import TensorBoardCallback
     from trl import SFTConfig, SFTTrainer
 
-    t = cfg.train
+    from optima_train.trl_glue import finish_training, load_for_training, lora_config, training_args
+
     if not cfg.run.progress:
         import transformers
 
         datasets.disable_progress_bars()
         transformers.utils.logging.disable_progress_bar()
     dataset = datasets.Dataset.from_parquet(str(data)).select_columns(["input_ids", "assistant_masks"])
-    tokenizer = AutoTokenizer.from_pretrained(init)
-    model = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
-    peft_config = None
-    if cfg.lora.enabled:
-        from peft import LoraConfig
-
-        targets: Any = cfg.lora.target_modules
-        targets = "all-linear" if list(targets) == ["all-linear"] else list(targets)
-        peft_config = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                                 target_modules=targets, task_type="CAUSAL_LM")
-    args = SFTConfig(
-        output_dir=str(folder / "trainer"), report_to="none", save_strategy="no", seed=seed,
-        learning_rate=t.learning_rate, num_train_epochs=t.num_train_epochs, max_steps=t.max_steps,
-        per_device_train_batch_size=t.per_device_train_batch_size,
-        gradient_accumulation_steps=t.gradient_accumulation_steps, max_length=t.max_length,
-        lr_scheduler_type=t.lr_scheduler_type, warmup_steps=t.warmup_steps, weight_decay=t.weight_decay,
-        bf16=t.bf16, gradient_checkpointing=t.gradient_checkpointing, logging_steps=t.logging_steps,
-        use_cpu=cfg.model.resolved_device() == "cpu", disable_tqdm=not cfg.run.progress, **t.extra,
-    )
+    tokenizer, model = load_for_training(init)
+    peft_config = lora_config(cfg)
+    args = SFTConfig(**training_args(cfg, folder, seed=seed))
     writer = SummaryWriter(log_dir=str(folder / "logs"))
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=peft_config, callbacks=[TensorBoardCallback(writer)])
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     output = trainer.train()
     writer.close()
-    trained = trainer.model.merge_and_unload() if peft_config is not None else trainer.model
-    with atomic_dir(folder / "checkpoint") as tmp:
-        trained.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    history = trainer.state.log_history
-    atomic_write_json(folder / "train.json", {"log_history": history, "metrics": output.metrics})
+    history = finish_training(trainer, output, tokenizer, folder)
     losses = [h["loss"] for h in history if "loss" in h]
     return {"checkpoint": str(folder / "checkpoint"), "init": init, "examples": len(dataset),
             "steps": output.global_step, "train_loss": output.training_loss,

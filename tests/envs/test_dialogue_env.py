@@ -48,6 +48,22 @@ class TestTokenCosts:
         assert infos["bob"]["message_tokens"] == 4 and infos["bob"]["tokens_exact"] is False
         assert infos["bob"]["total_tokens"] == 7 and infos["bob"]["agent_tokens"] == 4
 
+    def test_token_ids_from_any_iterable_are_read_once(self):
+        env = make()
+        env.reset(seed=0)
+        infos = env.step({"alice": {"text": "hello there", "token_ids": iter([1, 2, 3])}})[4]
+        assert infos["alice"]["message_tokens"] == 3 and infos["alice"]["tokens_exact"] is True
+        assert env.state.messages[-1].token_ids == (1, 2, 3)
+
+    def test_empty_ids_only_for_empty_text(self):
+        env = make()
+        env.reset(seed=0)
+        infos = env.step({"alice": {"text": "", "token_ids": []}})[4]
+        assert infos["alice"]["message_tokens"] == 0 and infos["alice"]["tokens_exact"] is True
+        assert not env.action_space("bob").contains({"text": "hi", "token_ids": []})
+        assert env.action_space("bob").contains({"text": "", "token_ids": []})
+        assert not env.action_space("bob").contains({"text": "hi", "token_ids": [2**31]})
+
     def test_tokenizer_callable_and_hf_like(self):
         env = make(tokenizer=lambda text: list(text))
         env.reset(seed=0)
@@ -114,7 +130,13 @@ class TestBadInput:
     @pytest.mark.parametrize("actions, message", [
         ({"alice": 3}, "'alice''s action must be a str or a mapping with a 'text' str"),
         ({"alice": None}, "'alice''s action must be a str"),
-        ({"alice": {"text": "x", "token_ids": "abc"}}, "'alice''s token_ids must be a sequence of ints"),
+        ({"alice": {"text": "x", "token_ids": "abc"}}, "'alice''s token_ids must be a list of ints"),
+        ({"alice": {"text": "x", "token_ids": 7}}, "'alice''s token_ids must be a list of ints (or None"),
+        ({"alice": {"text": "x", "token_ids": [1, "a"]}}, "'alice''s token_ids must be ints in [0, 2147483647], got 'a'"),
+        ({"alice": {"text": "x", "token_ids": [2**31]}}, "got 2147483648"),
+        ({"alice": {"text": "x", "token_ids": [-1]}}, "got -1"),
+        ({"alice": {"text": "x", "token_ids": [True]}}, "got True"),
+        ({"alice": {"text": "hello", "token_ids": []}}, "'alice''s token_ids is empty but its text is not"),
         ({"mallory": "x", "alice": "y"}, "actions for agents not in this game: ['mallory']"),
         ({"bob": "x"}, "it is 'alice''s turn but actions has no entry for 'alice'"),
         ("hello", "step() takes a dict {agent: message}, got str"),

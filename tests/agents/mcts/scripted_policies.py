@@ -11,11 +11,12 @@ from optima_agents.policies.base import Action, SamplingParams, TurnRequest
 class TurnScript:
     """Replies by turn number: turn t cycles through `script[t]` (one counter per turn), so with
     rollouts_per_expansion=3 the three rollouts of one expansion say script[t][0], [1], [2].
-    Records every call's batch size. `fail` names (turn, call index) pairs that fail."""
+    Records every call's batch size. `fail` names (turn, call index) pairs that fail. With
+    `with_ids=False` it reports no token ids, as a server that returns none does."""
 
     def __init__(self, script: Mapping[int, Sequence[str]], default: str = "<A>x</A>",
-                 fail: set[tuple[int, int]] = frozenset()):
-        self.script, self.default, self.fail = script, default, fail
+                 fail: set[tuple[int, int]] = frozenset(), with_ids: bool = True):
+        self.script, self.default, self.fail, self.with_ids = script, default, fail, with_ids
         self.counters: dict[int, int] = defaultdict(int)
         self.calls: list[int] = []
         self.sampling = SamplingParams(temperature=0.7, max_new_tokens=256)
@@ -32,7 +33,8 @@ class TurnScript:
                 out.append(Action(text="", finish_reason="error", error="HTTP 503"))
                 continue
             text = options[k % len(options)]
-            out.append(Action(text=text, token_ids=tuple(range(len(text.split())))))
+            ids = tuple(range(len(text.split()))) if self.with_ids else ()
+            out.append(Action(text=text, token_ids=ids))
         return out
 
     def identity(self):

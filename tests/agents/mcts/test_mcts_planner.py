@@ -75,6 +75,31 @@ class TestExpansion:
         assert tree.exhausted and result.stats["iterations"] == 1
 
 
+class TestTokenCosts:
+    def test_a_policy_without_token_ids_still_pays_for_its_tokens(self):
+        # An OpenAI-compatible server that returns no ids: the env counts each message's tokens,
+        # so every node and every rolled-out dialogue costs more than 0 tokens.
+        policy = TurnScript({0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>", "<A>bad one</A>", "<A>bad two</A>"]},
+                            with_ids=False)
+        seen = []
+
+        def reward(dialogues):
+            seen.extend(d.tokens for d in dialogues)
+            return first_utterance_reward(VALUES)(dialogues)
+
+        tree = _search(policy, MCTSConfig(iterations=2), reward=reward).trees[0]
+        expected = optima_envs.make("synth-hop-ia")._count_tokens
+        for node in list(tree)[1:]:
+            assert node.token_ids == ()
+            assert node.num_tokens == expected(node.text) > 0
+        assert seen and min(seen) > 0
+
+    def test_reported_ids_are_the_token_cost(self):
+        policy = TurnScript({0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>"]})
+        tree = _search(policy, MCTSConfig(iterations=1)).trees[0]
+        assert [n.num_tokens for n in tree.children(0)] == [len(t.split()) for t in (GOOD, BAD1, BAD2)]
+
+
 class TestBatchingAndDeterminism:
     def test_one_call_carries_every_tree_and_rollout(self):
         policy = TurnScript({0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>", "<A>bad one</A>", "<A>bad two</A>"]})

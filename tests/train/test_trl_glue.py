@@ -1,0 +1,130 @@
+"""The TRL glue every training step shares: the device and the common TrainingArguments fields
+come from the config the same way for SFT and DPO."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from optima_train.config_io import load_config
+from optima_train.idpo import IDPOConfig
+from optima_train.isft import ISFTConfig
+from optima_train.trl_glue import training_args
+
+
+class _Stop(Exception):
+    """Raised by the patched TRL config: the arguments are captured, nothing trains."""
+
+
+class _Anything:
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self
+
+
+@pytest.fixture
+def cuda_present(monkeypatch):
+    """A machine where CUDA looks available, so `model.device` alone decides the device."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+@pytest.fixture
+def no_model_loading(monkeypatch):
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: _Anything())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: _Anything())
+
+
+def _capture(monkeypatch, name: str) -> dict:
+    import trl
+
+    captured: dict = {}
+
+    def fake_config(**kwargs):
+        captured.update(kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(trl, name, fake_config)
+    return captured
+
+
+@pytest.mark.parametrize("device, use_cpu", [("cpu", True), ("cuda", False), ("auto", False)])
+@pytest.mark.parametrize("config_cls", [ISFTConfig, IDPOConfig])
+def test_device_follows_model_device(cuda_present, config_cls, device, use_cpu, tmp_path):
+    cfg = load_config(config_cls, None, [f"model.device={device}"])
+    args = training_args(cfg, tmp_path, seed=3)
+    assert args["use_cpu"] is use_cpu
+    assert args["seed"] == 3 and args["output_dir"] == str(tmp_path / "trainer")
+    assert args["learning_rate"] == cfg.train.learning_rate and args["max_length"] == cfg.train.max_length
+
+
+def test_dpo_training_honours_model_device(cuda_present, no_model_loading, monkeypatch, tmp_path):
+    import optima_train.dpo_data as dpo_data
+    from optima_train.idpo.idpo_trainer import train_dpo
+
+    monkeypatch.setattr(dpo_data, "read_pairs", lambda path: [])
+    monkeypatch.setattr(dpo_data, "to_dpo_dataset", lambda pairs: _Anything())
+    captured = _capture(monkeypatch, "DPOConfig")
+    cfg = load_config(IDPOConfig, None, ["model.device=cpu", "train.beta=0.3"])
+    with pytest.raises(_Stop):
+        train_dpo(cfg, Path("pairs.parquet"), "init", tmp_path, seed=1)
+    assert captured["use_cpu"] is True and captured["beta"] == 0.3
+
+
+def test_sft_training_honours_model_device(cuda_present, no_model_loading, monkeypatch, tmp_path):
+    import datasets
+
+    from optima_train.isft.isft_trainer import train_sft
+
+    monkeypatch.setattr(datasets.Dataset, "from_parquet", lambda *a, **k: _Anything())
+    captured = _capture(monkeypatch, "SFTConfig")
+    cfg = load_config(ISFTConfig, None, ["model.device=cpu"])
+    with pytest.raises(_Stop):
+        train_sft(cfg, Path("sft.parquet"), "init", tmp_path, seed=1)
+    assert captured["use_cpu"] is True
+
+
+class _OneStepLoop:
+    """An `IterativeTrainer` whose iteration only records torch's thread count."""
+
+    @staticmethod
+    def make(cfg):
+        from optima_train.loop import IterativeTrainer
+
+        class Loop(IterativeTrainer):
+            STEPS = ("work",)
+
+            def check_resources(self):
+                pass
+
+            def _iteration(self, it):
+                import torch
+
+                return self._step(it, "work", lambda folder: {"threads": torch.get_num_threads()})
+
+        return Loop(cfg)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_train_restores_torch_threads(tmp_path, monkeypatch, fails):
+    import torch
+
+    cfg = load_config(ISFTConfig, None, ["run.num_threads=1", "run.iterations=1", "eval.baseline=false",
+                                         f"run.output_dir={tmp_path / 'run'}"])
+    loop = _OneStepLoop.make(cfg)
+    if fails:
+        monkeypatch.setattr(loop, "_iteration", lambda it: (_ for _ in ()).throw(RuntimeError("boom")))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        if fails:
+            with pytest.raises(RuntimeError, match="boom"):
+                loop.train()
+        else:
+            assert loop.train() == [{"threads": 1, "seconds": pytest.approx(0, abs=5)}]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
