@@ -64,6 +64,7 @@ def letter_labels(row: Row, labels: list[str], answer: str) -> tuple[list[str], 
 
 class ARCSource(DatasetSource):
     dataset = "arc-debate"
+    data_folder = "arc_challenge"
     default_hub_id = "allenai/ai2_arc"
 
     def file_patterns(self) -> tuple[str, ...]:

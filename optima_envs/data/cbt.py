@@ -77,6 +77,7 @@ def _story(path: Path, lines: list[tuple[int, str]], index: int) -> Row:
 
 class CBTSource(DatasetSource):
     dataset = "cbt-ia"
+    data_folder = "cbt"
     default_hub_id = "cam-cst/cbt"
 
     def __init__(self, config: DataConfig, *, subset: Subset = "CN"):

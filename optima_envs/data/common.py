@@ -29,8 +29,8 @@ from optima_envs.data.rows import Row, read_csv, read_json, read_jsonl, read_par
 from optima_envs.errors import ConfigError, DataError, DataNotFoundError
 
 __all__ = [
-    "CACHE_SIZE", "DataConfig", "DataWarning", "DatasetSource", "OnError", "Row", "check_files", "clear_cache",
-    "find_files", "load_hub_rows", "positional_id", "read_csv", "read_json", "read_jsonl", "read_parquet",
+    "CACHE_SIZE", "DATA_DIR_ENV", "DataConfig", "DataWarning", "DatasetSource", "OnError", "Row", "check_files", "clear_cache",
+    "env_data_dir", "find_files", "load_hub_rows", "positional_id", "read_csv", "read_json", "read_jsonl", "read_parquet",
     "read_rows", "require",
 ]
 
@@ -55,7 +55,10 @@ class DataConfig:
     on_error ("raise" or "skip", defaults to "raise"): what a malformed row does.
     hub_id (str, *optional*): the hub dataset used when no path is given (a per-dataset default).
 
-    With neither `data_dir` nor `data_files`, the data is loaded from the hub with `datasets`.
+    With neither `data_dir` nor `data_files`, the data comes from `$OPTIMA_DATA_DIR/<folder>`
+    when that environment variable names a folder holding the dataset's folder (`folder` is the
+    loader's `data_folder`: gsm8k, math, mmlu, arc_challenge, hotpotqa, 2wikimqa, triviaqa,
+    cbt), and otherwise from the Hugging Face hub with `datasets`.
     """
 
     data_dir: str | None = None
@@ -103,6 +106,16 @@ class DataConfig:
 
 
 # ----------------------------------------------------------------------------- files and hub
+
+DATA_DIR_ENV = "OPTIMA_DATA_DIR"
+"""The environment variable naming a folder with one sub-folder per dataset (`data_folder`)."""
+
+
+def env_data_dir(folder: str) -> Path | None:
+    """`$OPTIMA_DATA_DIR/<folder>`, or None when the variable is unset or empty."""
+    root = os.environ.get(DATA_DIR_ENV, "").strip()
+    return Path(os.path.expanduser(root)) / folder if root else None
+
 
 def check_files(paths: Sequence[str], *, dataset: str, hint: str) -> tuple[Path, ...]:
     found = []
@@ -173,6 +186,7 @@ class DatasetSource:
     """
 
     dataset: ClassVar[str] = "dataset"
+    data_folder: ClassVar[str] = "dataset"  # the sub-folder of $OPTIMA_DATA_DIR holding the files
     default_hub_id: ClassVar[str] = ""
     dedupe_ids: ClassVar[bool] = False  # False: a repeated instance id is an error; True: see row_key
 
@@ -184,7 +198,8 @@ class DatasetSource:
         elif config.data_dir is not None:
             self.files = self.locate_files(config.data_dir)
         else:
-            self.files = None
+            local = env_data_dir(self.data_folder)
+            self.files = self.locate_files(str(local)) if local is not None and local.is_dir() else None
         if self.files is not None:
             more = " ..." if len(self.files) > 3 else ""
             self.origin = f"files: {', '.join(map(str, self.files[:3]))}{more}"
@@ -250,8 +265,13 @@ class DatasetSource:
         return self._instances
 
     def hint(self) -> str:
-        return (f"To use local files, pass data_dir=... (a folder with {self.files_hint()}) or "
-                f"data_files=[...], e.g. optima_envs.make('{self.dataset}', data_dir='path/to/data').")
+        local = env_data_dir(self.data_folder)
+        where = (f"${DATA_DIR_ENV}/{self.data_folder} ({str(local)!r}) is not a folder" if local is not None
+                 else f"${DATA_DIR_ENV} is not set")
+        return (f"Local files: {where}. Set {DATA_DIR_ENV} to a folder holding {self.data_folder}/ "
+                f"({self.files_hint()}), or pass data_dir=... or data_files=[...], e.g. "
+                f"optima_envs.make('{self.dataset}', data_dir='path/to/{self.data_folder}'); in a training config, "
+                f"--set task.data_dir=path/to/{self.data_folder}.")
 
     # ------------------------------------------------------------------ loading
     def _cache_key(self) -> Any:

@@ -26,6 +26,7 @@ def final_number(row: Row, solution: str) -> str:
 
 class GSM8KSource(DatasetSource):
     dataset = "gsm8k-debate"
+    data_folder = "gsm8k"
     default_hub_id = "openai/gsm8k"
 
     def file_patterns(self) -> tuple[str, ...]:

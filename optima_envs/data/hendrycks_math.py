@@ -40,6 +40,7 @@ def gold_answer(row: Row) -> str:
 
 class MATHSource(DatasetSource):
     dataset = "math-debate"
+    data_folder = "math"
 
     def __init__(self, config: DataConfig, *, subset: Subset = "full"):
         self.subset = subset

@@ -97,6 +97,7 @@ class HotpotQASource(DatasetSource):
     """HotpotQA distractor rows (either format, even mixed in one folder's files)."""
 
     dataset = "hotpotqa-ia"
+    data_folder = "hotpotqa"
     default_hub_id = "hotpotqa/hotpot_qa"
 
     def __init__(self, config: DataConfig, *, first_sentence_only: bool = False):

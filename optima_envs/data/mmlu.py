@@ -55,6 +55,7 @@ def check_subjects(subjects: Sequence[str] | None, dataset: str) -> tuple[str, .
 
 class MMLUSource(DatasetSource):
     dataset = "mmlu-debate"
+    data_folder = "mmlu"
     default_hub_id = "cais/mmlu"
 
     def __init__(self, config: DataConfig, *, subjects: Sequence[str] | None = None):

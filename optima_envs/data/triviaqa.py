@@ -72,6 +72,7 @@ def _contains_alias(text: str, aliases: tuple[str, ...]) -> bool:
 
 class TriviaQASource(DatasetSource):
     dataset = "triviaqa-ia"
+    data_folder = "triviaqa"
     default_hub_id = "mandarjoshi/trivia_qa"
     dedupe_ids = True
 

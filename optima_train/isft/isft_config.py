@@ -36,8 +36,11 @@ def _help(text: str, **more: Any) -> dict[str, Any]:
 class TaskSection:
     # env
     env_id: str = field(default="synth-hop-ia", metadata=_help("Registered env id (`optima envs` lists them)."))
+    data_dir: str | None = field(default=None, metadata=_help(
+        "A local folder with the dataset's files, for the training and held-out envs (None: "
+        "$OPTIMA_DATA_DIR/<dataset folder> when that is set and exists, else the Hugging Face hub)."))
     env_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help(
-        "Keyword arguments for optima_envs.make, shared by the training and held-out envs (e.g. data_dir, max_turns)."))
+        "Keyword arguments for optima_envs.make, shared by the training and held-out envs (e.g. max_turns)."))
     train_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "train"}, metadata=_help(
         "Extra make() kwargs for the training questions (e.g. {split: train})."))
     eval_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "validation"}, metadata=_help(
@@ -54,12 +57,21 @@ class TaskSection:
         if self.train_first_index < 0 or self.eval_first_index < 0:
             raise ConfigError(f"task.train_first_index and task.eval_first_index must be >= 0, got "
                               f"{self.train_first_index} and {self.eval_first_index}")
+        if self.data_dir is not None:
+            named = [f"task.{name}.{key}" for name in ("env_kwargs", "train_env_kwargs", "eval_env_kwargs")
+                     for key in ("data_dir", "data_files") if key in getattr(self, name)]
+            if named:
+                raise ConfigError(f"task.data_dir={self.data_dir!r} and {', '.join(named)} both say where the data "
+                                  "is; keep one")
 
     def train_kwargs(self) -> dict[str, Any]:
-        return {**self.env_kwargs, **self.train_env_kwargs}
+        return {**self._data(), **self.env_kwargs, **self.train_env_kwargs}
 
     def eval_kwargs(self) -> dict[str, Any]:
-        return {**self.env_kwargs, **self.eval_env_kwargs}
+        return {**self._data(), **self.env_kwargs, **self.eval_env_kwargs}
+
+    def _data(self) -> dict[str, Any]:
+        return {} if self.data_dir is None else {"data_dir": self.data_dir}
 
 
 @dataclass
