@@ -52,6 +52,13 @@ class ScriptedPolicy:
         ids = tuple(encode_text(self.tokenizer, out)) if self.tokenizer is not None and out else ()
         return Action(text=out, token_ids=ids, finish_reason="stop")
 
+    def with_sampling(self, sampling: SamplingParams) -> "ScriptedPolicy":
+        """The same script, recording other sampling settings (the script sees only the
+        observation, so its replies do not change)."""
+        other = ScriptedPolicy(self.fn, name=self.name, tokenizer=self.tokenizer)
+        other.sampling = sampling
+        return other
+
     def identity(self) -> dict[str, Any]:
         return {"backend": "scripted", "model": self.name, "model_path": None, "revision": None,
                 "dtype": None, "sampling": self.sampling.to_dict()}

@@ -1,0 +1,113 @@
+"""The env's own multi-agent dialogue as a system: `mas` (any model or checkpoint, plain or
+with a format instruction), `autoform` (the dialogue told to use a concise non-natural-language
+format, after Chen et al. 2024, "AutoForm"), and `mas-sc` (k sampled dialogues per question and
+a majority vote over their final answers).
+
+A dialogue's tokens are every utterance of every agent (the env's `total_tokens`); its answer
+and score are the env's (the task's termination rule and final-answer scoring).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from optima_agents.rollout.engine import EpisodeSpec, RolloutEngine, derive_seed
+from optima_agents.systems.base import (
+    Outcome,
+    Question,
+    Sample,
+    System,
+    SystemContext,
+    as_outcome,
+    check_positive,
+    check_temperature,
+    majority,
+)
+
+__all__ = ["AUTOFORM_INSTRUCTION", "AutoForm", "Dialogue", "DialogueVote"]
+
+#: Our wording of AutoForm's instruction: any compact format the agents choose, not prose.
+AUTOFORM_INSTRUCTION = ("Communicate in whatever concise format suits the task best, not natural language: for "
+                        "example structured data, key-value pairs, code, or logical expressions. Use as few words "
+                        "as you can.")
+
+
+def play(context: SystemContext, questions: Sequence[Question], *, temperature: float, policy_seed: int,
+         format_instruction: str | None) -> list[Sample]:
+    """One dialogue per question through the rollout engine, in question order."""
+    policy = context.policy_with(temperature=temperature, seed=policy_seed)
+    options = {"format_instruction": format_instruction} if format_instruction else {}
+    specs = [EpisodeSpec(seed=q.seed, index=q.index, options=options) for q in questions]
+    engine = RolloutEngine(context.env_id, policy, env_kwargs=dict(context.env_kwargs), progress=context.progress)
+    return [dialogue_sample(r) for r in engine.run(specs)]
+
+
+def dialogue_sample(record: Any) -> Sample:
+    """An `EpisodeRecord` as a `Sample`."""
+    return Sample(answer=record.final_answer, score=record.score, score_ok=record.score_ok,
+                  tokens=record.total_tokens, infra_failure=record.infra_failure,
+                  score_error=record.score_error, error=record.error)
+
+
+@dataclass
+class Dialogue(System):
+    """The env's dialogue, once per question.
+
+    format_instruction (str, *optional*): added to every agent's system prompt (None: plain).
+    temperature (float, defaults to 0.0): 0 is greedy, as held-out evaluation plays it.
+    """
+
+    format_instruction: str | None = None
+    temperature: float = 0.0
+
+    name = "mas"
+    summary = "the env's multi-agent dialogue, plain or with a format instruction"
+
+    def __post_init__(self) -> None:
+        check_temperature(self.name, self.temperature)
+
+    def run(self, context: SystemContext) -> list[Outcome]:
+        samples = play(context, context.questions, temperature=self.temperature, policy_seed=0,
+                       format_instruction=self.format_instruction)
+        return [as_outcome(s, q.position, q.instance.instance_id) for q, s in zip(context.questions, samples)]
+
+
+@dataclass
+class AutoForm(Dialogue):
+    """The env's dialogue with AutoForm's instruction to talk in a concise non-natural-language
+    format (`AUTOFORM_INSTRUCTION`, a setting)."""
+
+    format_instruction: str | None = AUTOFORM_INSTRUCTION
+
+    name = "autoform"
+    summary = "the dialogue told to communicate in a concise non-natural-language format"
+
+
+@dataclass
+class DialogueVote(System):
+    """`k` sampled dialogues per question (same question, same evidence deal, different sampling
+    seeds) and a majority vote over their final answers; tokens are summed.
+
+    k (int, defaults to 8): dialogues per question.
+    temperature (float, defaults to 0.7): sampling temperature.
+    format_instruction (str, *optional*): as for `mas`.
+    """
+
+    k: int = 8
+    temperature: float = 0.7
+    format_instruction: str | None = None
+
+    name = "mas-sc"
+    summary = "k sampled dialogues, majority vote over their answers; tokens summed"
+
+    def __post_init__(self) -> None:
+        check_positive(self.name, k=self.k)
+        check_temperature(self.name, self.temperature)
+
+    def run(self, context: SystemContext) -> list[Outcome]:
+        questions = context.questions
+        runs = [play(context, questions, temperature=self.temperature, policy_seed=derive_seed(sample),
+                     format_instruction=self.format_instruction) for sample in range(self.k)]
+        return [majority([run[i] for run in runs], q.position, q.instance.instance_id)
+                for i, q in enumerate(questions)]
