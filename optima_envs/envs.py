@@ -2,15 +2,23 @@
 
 from optima_envs.registration import EnvSpec, register
 
+#: Version 2 of every env: what changed in scoring and in the end of a dialogue.
+_V2 = ("scoring agrees with the official scripts (whole-text exact match unless both sides are plain numbers; "
+       "integers compare exactly; an answer naming two options is wrong; a closing tag cut off by the token "
+       "limit is dropped; TriviaQA's own normaliser; a final equation in \\boxed{} is read on its right-hand "
+       "side); an empty <A></A> is no answer; a dialogue ends when an answer repeats the last non-empty answer "
+       "(the reference rule)")
+_CHANGES = {1: "first release", 2: _V2}
+
 register(EnvSpec(
-    name="synth-hop-ia", version=1, entry_point="optima_envs.tasks.synth_hop:make_task", family="ia",
+    name="synth-hop-ia", version=2, entry_point="optima_envs.tasks.synth_hop:make_task", family="ia",
     description="Invented-world two/three-hop and comparison questions; facts split between agents (token F1).",
-    changes={1: "first release"},
+    changes=_CHANGES,
 ))
 register(EnvSpec(
-    name="synth-arith-debate", version=1, entry_point="optima_envs.tasks.synth_arith:make_task", family="debate",
+    name="synth-arith-debate", version=2, entry_point="optima_envs.tasks.synth_arith:make_task", family="debate",
     description="Multi-step arithmetic word problems, solver + critic debate (numeric exact match).",
-    changes={1: "first release"},
+    changes=_CHANGES,
 ))
 
 # The paper's eight tasks, on the datasets' original release files or the hub's rows
@@ -34,5 +42,5 @@ _DATASET_TASKS = (
      "MMLU, 57 subjects, 4 options, solver + critic debate, <A>letter</A> (exact match on the option)."),
 )
 for _name, _module, _family, _description in _DATASET_TASKS:
-    register(EnvSpec(name=_name, version=1, entry_point=f"optima_envs.tasks.{_module}:make_task", family=_family,
-                     description=_description, changes={1: "first release"}))
+    register(EnvSpec(name=_name, version=2, entry_point=f"optima_envs.tasks.{_module}:make_task", family=_family,
+                     description=_description, changes=_CHANGES))

@@ -15,12 +15,17 @@ from __future__ import annotations
 # distutils shim in charge for the whole session.
 import setuptools  # noqa: F401  isort: skip
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from optima_agents.models.testing import embedded_model_dir  # noqa: F401  (re-exported fixture)
+
+# Tests name their data explicitly (fixtures under tests/fixtures/data); a developer's own data
+# folder must not change what they read.
+os.environ.pop("OPTIMA_DATA_DIR", None)
 
 #: Reply length for model tests: long enough to be real text, short enough for 2 CPU cores.
 TEST_MAX_NEW_TOKENS = 12

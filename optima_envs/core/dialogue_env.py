@@ -23,9 +23,9 @@ from optima_envs.errors import (
     InvalidActionError,
     InvalidSnapshotError,
     ResetNeededError,
-    ScoringError,
 )
 from optima_envs.prompts.format_pool import FORMAT_POOL
+from optima_envs.scoring.result import score_response
 
 DEFAULT_AGENT_NAMES = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 
@@ -294,16 +294,11 @@ class DialogueEnv(ParallelEnv):
         return message, new_state
 
     def _score(self, state: DialogueState) -> dict[str, Any]:
-        answer = next((m.answer for m in reversed(state.messages) if m.answer is not None), None)
-        outcome: dict[str, Any] = {"answer": answer, "gold": instance_gold_for_info(state.instance),
-                                   "score": 0.0, "score_ok": True, "score_error": None}
-        if answer is None:
-            return outcome
-        try:
-            outcome["score"] = float(self.task.metric(answer, state.instance))
-        except (ScoringError, TimeoutError) as error:
-            outcome.update(score=None, score_ok=False, score_error=f"{type(error).__name__}: {error}")
-        return outcome
+        """Score the last message that gave an answer (none: the empty text, a wrong answer)."""
+        final = next((m.text for m in reversed(state.messages) if m.answer is not None), "")
+        result = score_response(final, state.instance, extractor=self.task.extract, metric=self.task.metric)
+        return {"answer": result.answer, "gold": instance_gold_for_info(state.instance),
+                "score": result.score, "score_ok": result.ok, "score_error": result.error}
 
     def observations_for(self, state: DialogueState) -> dict[str, dict[str, Any]]:
         """Every agent's observation of a state (what `reset`/`step` return), e.g. after `restore`."""

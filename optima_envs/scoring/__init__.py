@@ -13,9 +13,15 @@ from optima_envs.scoring.metrics import (
     max_over_aliases,
     numeric_match,
     token_f1,
+    triviaqa_f1,
     word_match,
 )
-from optima_envs.scoring.normalize import normalize_answer, parse_bare_number, parse_number
+from optima_envs.scoring.normalize import (
+    normalize_answer,
+    normalize_triviaqa,
+    parse_bare_number,
+    parse_number,
+)
 from optima_envs.scoring.result import Extractor, Metric, ScoreResult, score_response
 
 __all__ = [
@@ -31,10 +37,12 @@ __all__ = [
     "math_equivalent",
     "max_over_aliases",
     "normalize_answer",
+    "normalize_triviaqa",
     "numeric_match",
     "parse_bare_number",
     "parse_number",
     "score_response",
     "token_f1",
+    "triviaqa_f1",
     "word_match",
 ]

@@ -3,9 +3,10 @@
 Each filter maps the whole text to an answer string or `None`. A pipeline tries its primary
 filter, then (unless `strict`) its fallbacks in order; an answer found by a fallback is marked
 `fallback=True` and logged at INFO on the `optima_envs.scoring` logger, so a lenient parse is
-always visible and never a silent guess. Every filter scans the text a bounded number of times
-with regexes free of nested quantifiers, so a 1 MB message costs linear time, and no filter
-raises on any `str`.
+always visible and never a silent guess. An empty or blank answer (`<A></A>`, `\\boxed{}`) is
+no answer: the message answered nothing, so no earlier answer and no fallback stands in for
+it. Every filter scans the text a bounded number of times with regexes free of nested
+quantifiers, so a 1 MB message costs linear time, and no filter raises on any `str`.
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ class Extraction:
     """The answer pulled out of one message and how it was found.
 
     Attributes:
-        answer: The answer text (stripped), `""` for an explicitly empty answer such as
-            `<A></A>`, or `None` when no answer was found.
+        answer: The answer text (stripped, never blank), or `None` when no answer was found.
         method: The filter that found it, or "none".
         fallback: True when a fallback filter (not the format the prompt asked for) found it.
     """
@@ -51,6 +51,9 @@ class Extraction:
         if (self.answer is None) != (self.method == "none"):
             raise ValueError(f"Extraction.answer is None exactly when method is 'none'; got "
                              f"answer={self.answer!r}, method={self.method!r}.")
+        if self.answer is not None and not self.answer.strip():
+            raise ValueError(f"Extraction.answer must not be blank, got {self.answer!r}; "
+                             f"use answer=None, method='none' for no answer.")
 
 
 NO_ANSWER = Extraction(answer=None, method="none", fallback=False)
@@ -91,14 +94,25 @@ def tag_filter(tag: str) -> _Filter:
     return apply
 
 
+def _drop_cut_closer(answer: str, tag: str) -> str:
+    """`answer` without a closing tag cut off at its end ("Paris</A", "Paris</", "Paris<"):
+    the token limit can stop a message inside the closer."""
+    start = answer.rfind("<")
+    if start != -1 and f"</{tag}>".startswith(answer[start:].casefold()):
+        return answer[:start].rstrip()
+    return answer
+
+
 def unclosed_tag_filter(tag: str) -> _Filter:
-    """Everything after the last `<tag>` that is never closed (a truncated message)."""
+    """Everything after the last `<tag>` that is never closed (a truncated message), without a
+    closing tag cut off at the end."""
+    closer_tag = tag.casefold()
+
     def apply(text: str) -> str | None:
         _, open_end = _scan_tags(text, tag)
         if open_end is None:
             return None
-        answer = text[open_end:].strip()
-        return answer or None
+        return _drop_cut_closer(text[open_end:].strip(), closer_tag) or None
     return apply
 
 
@@ -166,12 +180,14 @@ def _run(text: str, primary: tuple[ExtractionMethod, _Filter],
     method, apply = primary
     answer = apply(text)
     if answer is not None:
+        if not answer.strip():  # the asked-for format, left empty: an answer of nothing
+            return NO_ANSWER
         return Extraction(answer=answer, method=method, fallback=False)
     if strict:
         return NO_ANSWER
     for method, apply in fallbacks:
         answer = apply(text)
-        if answer is not None:
+        if answer is not None and answer.strip():
             logger.info("no %s answer found; fallback %r extracted %r", primary[0], method,
                         answer if len(answer) <= 80 else answer[:77] + "...")
             return Extraction(answer=answer, method=method, fallback=True)
@@ -182,10 +198,11 @@ def extract_tag(text: str, tag: str = "A", *, strict: bool = False) -> Extractio
     """Extract the answer marked `<A>...</A>` (the information-asymmetric and choice tasks).
 
     The last well-formed pair wins, matched case-insensitively; its content is stripped and may
-    span lines. A well-formed but empty pair (`<A></A>`) is the answer `""`: the message did
-    answer, with nothing, and an earlier answer is not resurrected. Without a well-formed
-    pair, and unless `strict`, two logged fallbacks are tried: the text after a last unclosed
-    `<A>` (method "unclosed_tag"), then the last `Answer: X` / `Final answer: X` line (method
+    span lines. If that pair is empty or blank (`<A></A>`), the message has no answer: neither
+    an earlier pair nor a fallback is used (the reference Optima parser also reads `<A></A>` as
+    no answer). Without a well-formed pair, and unless `strict`, two logged fallbacks are tried:
+    the text after a last unclosed `<A>`, less a closing tag cut off at the end ("Paris</A" is
+    "Paris"; method "unclosed_tag"), then the last `Answer: X` / `Final answer: X` line (method
     "answer_line"). A later unclosed tag does not override an earlier well-formed pair.
 
     Args:
@@ -208,7 +225,8 @@ def extract_boxed(text: str, *, strict: bool = False) -> Extraction:
     """Extract the answer in the last balanced `\\boxed{...}` / `\\fbox{...}` (math tasks).
 
     Unless `strict`, logged fallbacks follow: a well-formed `<A>...</A>` (method "tag"), then
-    the last `Answer: X` line (method "answer_line"). `\\boxed{}` is the answer `""`.
+    the last `Answer: X` line (method "answer_line"). A last box that is empty (`\\boxed{}`)
+    means no answer, as for `extract_tag`.
 
     Args:
         text: One message.

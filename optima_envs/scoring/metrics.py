@@ -3,6 +3,7 @@
 Every metric is a pure function. A wrong or badly formatted prediction scores 0.0; an answer
 that cannot be scored at all (an empty or number-less gold, a gold outside the options, LaTeX
 math-verify cannot read) raises `ScoringError`, so the failure is recorded, never scored 0.
+Where a metric deliberately departs from the official script it follows, its docstring says so.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from optima_envs.errors import ConfigError, ScoringError
 from optima_envs.scoring import _math_client
-from optima_envs.scoring.normalize import normalize_answer, parse_bare_number, parse_number
+from optima_envs.scoring.normalize import Number, normalize_answer, normalize_triviaqa, read_number
 
 __all__ = [
     "choice_match",
@@ -23,10 +24,13 @@ __all__ = [
     "max_over_aliases",
     "numeric_match",
     "token_f1",
+    "triviaqa_f1",
     "word_match",
 ]
 
 REL_TOL = 1e-6
+"""How far apart two numbers may be, relatively, when either is not an integer, so a rounded
+decimal matches ("0.3333333" is 1/3). Two integers get no tolerance: 1450001 is not 1450000."""
 _YES_NO = frozenset({"yes", "no", "noanswer"})
 
 
@@ -35,8 +39,24 @@ def _require_gold(gold: str, metric: str) -> None:
         raise ScoringError(f"{metric}: the gold answer is empty ({gold!r}); fix the dataset row.")
 
 
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=REL_TOL)
+def _same_number(a: Number, b: Number) -> bool:
+    """Equal exactly, or (unless both are integers, "1450000.0" included) within `REL_TOL`."""
+    if a.exact is not None and b.exact is not None:
+        if a.exact == b.exact:
+            return True
+        if a.exact.denominator == 1 and b.exact.denominator == 1:
+            return False
+    elif a.value.is_integer() and b.value.is_integer():
+        return a.value == b.value
+    return math.isclose(a.value, b.value, rel_tol=REL_TOL)
+
+
+def _f1(pred_tokens: Sequence[str], gold_tokens: Sequence[str]) -> float:
+    same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_tokens), same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
 
 
 def token_f1(prediction: str, gold: str) -> float:
@@ -56,30 +76,41 @@ def token_f1(prediction: str, gold: str) -> float:
     pred_tokens, gold_tokens = pred_norm.split(), gold_norm.split()
     if not pred_tokens or not gold_tokens:
         return float(pred_tokens == gold_tokens)
-    same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred_tokens), same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
+    return _f1(pred_tokens, gold_tokens)
+
+
+def triviaqa_f1(prediction: str, gold: str) -> float:
+    """Token F1 as TriviaQA's official evaluation (triviaqa_evaluation.py) computes it.
+
+    The tokens are those of `normalize_triviaqa` (so "David_Seville" matches "David Seville"),
+    there is no yes/no rule, and no shared token means 0.0, even when both sides normalise to
+    nothing. Take the best alias with `max_over_aliases`, as the official script does.
+
+    Raises:
+        ScoringError: If `gold` is empty or whitespace.
+    """
+    _require_gold(gold, "triviaqa_f1")
+    return _f1(normalize_triviaqa(prediction).split(), normalize_triviaqa(gold).split())
 
 
 def exact_match(prediction: str, gold: str) -> float:
-    """1.0 if the normalised answers are equal, or both are plain numbers with equal values.
+    """1.0 if both answers are plain numbers with equal values, or else their normalised texts
+    are equal (SQuAD's exact match).
 
-    Numbers compare by value within a relative tolerance of 1e-6, so "$29.00" matches "29",
-    "1,000" matches "1000" and "\\frac{1}{2}" matches "0.5"; a number inside a sentence
-    ("Route 66") is not a plain number and compares as text.
+    Unlike SQuAD, two plain numbers compare by value: "$29.00" matches "29", "1,000" matches
+    "1000" and "\\frac{1}{2}" matches "0.5", while "3.6" does not match "36" (SQuAD's
+    normaliser drops the dot). Integers must be equal exactly; a non-integer may differ by
+    1e-6 relative ("0.3333333" matches "1/3"). A number with words around it ("22 December",
+    "3.5 billion", "Route 66") is not a plain number and compares as text.
 
     Raises:
         ScoringError: If `gold` is empty or whitespace.
     """
     _require_gold(gold, "exact_match")
-    if normalize_answer(prediction) == normalize_answer(gold):
-        return 1.0
-    pred_value, gold_value = parse_bare_number(prediction), parse_bare_number(gold)
-    if pred_value is None or gold_value is None:
-        return 0.0
-    return float(_close(pred_value, gold_value))
+    pred_number, gold_number = read_number(prediction, bare=True), read_number(gold, bare=True)
+    if pred_number is not None and gold_number is not None:
+        return float(_same_number(pred_number, gold_number))
+    return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
 def max_over_aliases(metric: Callable[[str, str], float], prediction: str,
@@ -98,19 +129,27 @@ def max_over_aliases(metric: Callable[[str, str], float], prediction: str,
     return max(metric(prediction, gold) for gold in golds)
 
 
-def numeric_match(prediction: str, gold: str) -> float:
-    """1.0 if the first numbers of both answers are equal within a relative tolerance of 1e-6.
+def _final_number(answer: str) -> Number | None:
+    return read_number(answer.rpartition("=")[2])
 
-    A prediction without a number is a wrong answer (0.0). See `parse_number` for the formats.
+
+def numeric_match(prediction: str, gold: str) -> float:
+    """1.0 if the answers' final numbers are equal (GSM8K-style numeric exact match).
+
+    The final number is the first number after the last "=", so an equation is read by its
+    result ("5 + 3 = 18" is 18), as math-verify and the reference Optima parser read it. Unlike
+    GSM8K's string check, numbers compare by value ("$18.00" matches "18"): integers exactly,
+    non-integers within 1e-6 relative. A prediction without a number is a wrong answer (0.0).
+    See `parse_number` for the formats.
 
     Raises:
         ScoringError: If `gold` has no number.
     """
-    gold_value = parse_number(gold)
-    if gold_value is None:
+    gold_number = _final_number(gold)
+    if gold_number is None:
         raise ScoringError(f"numeric_match: the gold answer {gold[:80]!r} has no number.")
-    pred_value = parse_number(prediction)
-    return 0.0 if pred_value is None else float(_close(pred_value, gold_value))
+    pred_number = _final_number(prediction)
+    return 0.0 if pred_number is None else float(_same_number(pred_number, gold_number))
 
 
 def math_equivalent(prediction: str, gold: str, timeout_s: float = 5.0) -> float:
@@ -139,21 +178,70 @@ def math_equivalent(prediction: str, gold: str, timeout_s: float = 5.0) -> float
 
 
 # Choice labels: an optional lead-in ("Option", "The answer is"), then "B", "(B)", "B)", "B.",
-# "[B]" or "B" followed by a space and more text. No two adjacent quantifiers overlap.
+# "B,", "[B]" or "B" followed by a space and more text. No two adjacent quantifiers overlap.
 _CHOICE_LEAD = re.compile(
     r"(?:the\s+)?(?:correct\s+)?(?:answer|option|choice)\b(?:\s+is\b)?[\s:\uff1a]*", re.IGNORECASE
 )
-_CHOICE_LABEL = re.compile(r"[(\[]?([A-Za-z]|\d+)(?:[)\]]|[.:]|(?=\s)|\Z)")
+_CHOICE_LABEL = re.compile(r"[(\[]?([A-Za-z]|\d+)(?:[)\]]|[.:,]|(?=\s)|\Z)")
+# A further option named in the text after the label: "(C)", "[C]", "option C", or a capital
+# letter or a number standing alone ("B or C", "B. Actually C.", "2 or 3").
+_LABEL_MENTION = re.compile(
+    r"[(\[](\w{1,3})[)\]]"
+    r"|(?i:\b(?:option|choice)\s+)([A-Za-z]|\d+)\b"
+    r"|(?<![\w'.-])([A-Z]|\d+)(?![\w'-])"
+)
+# A standalone label names an option only after a break or a word that links alternatives,
+# so "because of vitamin C" names nothing but "B or C" names C.
+_LINK_WORDS = frozenset({"or", "and", "then", "but", "actually", "maybe", "perhaps", "possibly",
+                         "probably", "also", "either", "vs", "versus", "instead", "rather"})
+_WORD_AFTER = re.compile(r"\s+[a-z]")
+
+
+def _loose(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+# From strict to lenient: the first comparison under which some option matches decides.
+_TEXT_KEYS: tuple[Callable[[str], str], ...] = (str.strip, _loose, normalize_answer)
+
+
+def _options_with_text(text: str, options: Mapping[str, str]) -> set[str]:
+    """The options whose text `text` is, by the strictest comparison that finds any: exact,
+    then ignoring case and spacing, then SQuAD-normalised (which makes "3.6" and "36" alike;
+    several options found there is an ambiguity, and the caller scores it wrong)."""
+    for key in _TEXT_KEYS:
+        wanted = key(text)
+        found = {label for label, option in options.items() if wanted and key(option) == wanted}
+        if found:
+            return found
+    return set()
+
+
+def _starts_alternative(before: str) -> bool:
+    words = before.split()
+    return not words or words[-1][-1] in ".,;:/!?" or words[-1].casefold() in _LINK_WORDS
+
+
+def _labels_named(text: str, by_key: Mapping[str, str]) -> set[str]:
+    """Option labels that `text` names ("or C", "(C)", "option C"). "A" and "I" followed by a
+    lowercase word are read as words ("A dog", "I think")."""
+    named = set()
+    for mention in _LABEL_MENTION.finditer(text):
+        bracketed, after_word, alone = mention.groups()
+        if alone is not None and (
+                not _starts_alternative(text[max(0, mention.start() - 40):mention.start()])
+                or alone in ("A", "I") and _WORD_AFTER.match(text, mention.end())):
+            continue
+        key = by_key.get((bracketed or after_word or alone).casefold())
+        if key is not None:
+            named.add(key)
+    return named
 
 
 def _designated(prediction: str, options: Mapping[str, str]) -> set[str]:
     """The option labels a prediction points to: a bare label first ("C" is label C even when
-    an option's text is "c"), else its whole text, else its label plus any option whose text
-    follows the label."""
-    by_text: dict[str, set[str]] = {}
-    for key, text in options.items():
-        by_text.setdefault(normalize_answer(text), set()).add(key)
-    by_text.pop("", None)
+    an option's text is "c"), else its whole text, else its label plus any option that the
+    text after the label names (by its text, or by another label)."""
     text = prediction.strip().strip("*").strip()
     lead = _CHOICE_LEAD.match(text)
     if lead is not None:
@@ -164,21 +252,25 @@ def _designated(prediction: str, options: Mapping[str, str]) -> set[str]:
     rest = text[label.end():].strip() if label is not None else text
     if label_key is not None and not rest:
         return {label_key}
-    whole = normalize_answer(prediction)
-    if whole in by_text:
-        return by_text[whole]
+    whole = _options_with_text(prediction, options) or _options_with_text(text, options)
+    if whole:
+        return whole
     if label_key is None:
         return set()
-    return {label_key} | by_text.get(normalize_answer(rest), set())
+    return {label_key} | (_options_with_text(rest, options) or _labels_named(rest, by_key))
 
 
 def choice_match(prediction: str, gold_label: str, options: Mapping[str, str]) -> float:
     """1.0 if the prediction designates exactly the gold option, by label or by option text.
 
     Accepted: a bare label (checked first, so "C" means label C even if some option's text is
-    "c"), the option text alone (normalised match), or the label in any case with common wrappers ("B", "b", "(B)", "B)", "B.", "Option B", "The answer is (B)"),
-    possibly followed by text ("(B) Paris"). A prediction that designates no option, or more
-    than one (a label followed by another option's text), is wrong: 0.0.
+    "c"); the option text alone, compared exactly first, then ignoring case and spacing, then
+    normalised, so "3.6" and "36" stay distinct options; or the label in any case with common
+    wrappers ("B", "b", "(B)", "B)", "B.", "Option B", "The answer is (B)"), possibly followed
+    by text ("(B) Paris", "B because ..."). This is more lenient than an exact letter match, on
+    purpose. A prediction that designates no option, or more than one ("B or C", "B. Actually
+    C.", a label followed by another option's text, a text that two options normalise to), is
+    wrong: 0.0.
 
     Raises:
         ScoringError: If `options` is empty or `gold_label` is not one of its labels.

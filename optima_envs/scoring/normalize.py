@@ -1,6 +1,7 @@
-"""Answer normalisation: the SQuAD/HotpotQA text normaliser and a forgiving number parser.
+"""Answer normalisation: the official text normalisers (SQuAD/HotpotQA, TriviaQA) and a
+forgiving number parser.
 
-Both are pure functions of one string, so every metric that compares answers agrees on what
+All are pure functions of one string, so every metric that compares answers agrees on what
 "the same answer" means. The regexes have no nested or overlapping quantifiers, so a 1 MB model
 output is parsed in linear time.
 """
@@ -9,10 +10,15 @@ from __future__ import annotations
 
 import re
 import string
+from fractions import Fraction
+from typing import NamedTuple
 
-__all__ = ["normalize_answer", "parse_bare_number", "parse_number"]
+__all__ = ["Number", "normalize_answer", "normalize_triviaqa", "parse_bare_number", "parse_number",
+           "read_number"]
 
 _DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
+# triviaqa_evaluation.py's `handle_punc`: ASCII punctuation and four quote marks become spaces.
+_PUNCTUATION_TO_SPACE = str.maketrans(dict.fromkeys(string.punctuation + "\u2018\u2019\u00b4`", " "))
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 
 
@@ -30,6 +36,23 @@ def normalize_answer(s: str) -> str:
         The normalised text; `""` when nothing is left.
     """
     text = _ARTICLES.sub(" ", s.lower().translate(_DROP_PUNCTUATION))
+    return " ".join(text.split())
+
+
+def normalize_triviaqa(s: str) -> str:
+    """Normalise an answer the way the official TriviaQA evaluation script does.
+
+    Unlike `normalize_answer`, punctuation becomes a space instead of vanishing, and so do
+    underscores (Wikipedia titles) and the quote marks ‘ ’ ´ `: "David_Seville" is
+    "david seville", and "U.S.A." is "u s" (the last "a" is then an article).
+
+    Args:
+        s: Any text.
+
+    Returns:
+        The normalised text; `""` when nothing is left.
+    """
+    text = _ARTICLES.sub(" ", s.replace("_", " ").lower().translate(_PUNCTUATION_TO_SPACE))
     return " ".join(text.split())
 
 
@@ -73,19 +96,67 @@ def _latex_to_plain(s: str) -> str:
     return _LATEX_FRAC.sub(frac, s)
 
 
-def _first_number(text: str) -> tuple[float, re.Match[str]] | None:
+class Number(NamedTuple):
+    """A number read from an answer.
+
+    Attributes:
+        value: The value as a float (`inf` when it overflows).
+        exact: The exact value as written ("0.1" is 1/10, "2/3" is 2/3), or `None` for a number
+            too long to be an answer (over 1000 digits, or an exponent over 1000).
+    """
+
+    value: float
+    exact: Fraction | None
+
+
+_MAX_EXACT_DIGITS = 1000  # keeps int parsing and 10**exponent cheap on adversarial input
+
+
+def _exact(num: str, exp: str, den: str | None) -> Fraction | None:
+    if len(num) + len(den or "") > _MAX_EXACT_DIGITS or len(exp) > 6:
+        return None
+    if exp and abs(int(exp[1:])) > _MAX_EXACT_DIGITS:
+        return None
+    value = Fraction(num + exp)
+    return value / Fraction(den) if den is not None else value
+
+
+def _first_number(text: str) -> tuple[Number, re.Match[str]] | None:
     match = _NUMBER.search(text)
     if match is None:
         return None
-    value = float(match.group("num").replace(",", "") + (match.group("exp") or ""))
-    if match.group("den") is not None:
-        den = float(match.group("den").replace(",", ""))
-        if den == 0:
+    num, exp = match.group("num").replace(",", ""), match.group("exp") or ""
+    den = None if match.group("den") is None else match.group("den").replace(",", "")
+    value = float(num + exp)
+    if den is not None:
+        if float(den) == 0:
             return None
-        value /= den
+        value /= float(den)
+    exact = _exact(num, exp, den)
     if match.group("sign") == "-":
         value = -value
-    return value, match
+        exact = None if exact is None else -exact
+    return Number(value, exact), match
+
+
+def read_number(s: str, *, bare: bool = False) -> Number | None:
+    """Read the first number in an answer like `parse_number`, keeping its exact value.
+
+    Args:
+        s: An answer string.
+        bare: Read `s` only if it is nothing but a decorated number (see `parse_bare_number`).
+
+    Returns:
+        The `Number`, or `None` when there is none (or it divides by zero).
+    """
+    text = _latex_to_plain(s)
+    found = _first_number(text)
+    if found is None:
+        return None
+    number, match = found
+    if bare and any(ch.isalnum() for ch in text[:match.start()] + text[match.end():]):
+        return None
+    return number
 
 
 def parse_number(s: str) -> float | None:
@@ -104,27 +175,21 @@ def parse_number(s: str) -> float | None:
     Returns:
         The value as a float, or `None` when `s` holds no number (or divides by zero).
     """
-    found = _first_number(_latex_to_plain(s))
-    return None if found is None else found[0]
+    number = read_number(s)
+    return None if number is None else number.value
 
 
 def parse_bare_number(s: str) -> float | None:
     """Read `s` as a number only if it is nothing but a decorated number.
 
-    Like `parse_number`, but only symbols may precede the number (currency signs, not words)
-    and no other digit may follow it: "$29.00", "29 dollars" and "50%" are bare numbers,
-    "Route 66", "x = 3" and "3 or 4" are not. Exact-match metrics use this, so that numbers
-    compare by value while answers that merely contain a number still compare as text.
+    Like `parse_number`, but only symbols may surround the number (currency signs, "%"; no
+    words, no other digits): "$29.00", "50%" and "\\frac{1}{2}" are bare numbers; "Route 66",
+    "x = 3", "3 or 4", "22 December", "3.5 billion" and "29 dollars" are not, because the
+    words change what the number means. Exact-match metrics use this, so that numbers compare
+    by value while answers that merely contain a number still compare as text.
 
     Returns:
         The value, or `None` when `s` is not a bare number.
     """
-    text = _latex_to_plain(s)
-    found = _first_number(text)
-    if found is None:
-        return None
-    value, match = found
-    prefix, suffix = text[:match.start()], text[match.end():]
-    if any(ch.isalnum() for ch in prefix) or any(ch.isdigit() for ch in suffix):
-        return None
-    return value
+    number = read_number(s, bare=True)
+    return None if number is None else number.value

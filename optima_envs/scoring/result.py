@@ -2,7 +2,8 @@
 
 The rule this module enforces: a missing answer is a wrong answer (score 0.0, `ok=True`), but
 an answer that could not be scored is a recorded failure (score `None`, `ok=False`, with the
-error), never a silent 0 that would be charged to the policy.
+error), never a silent 0 that would be charged to the policy. `score_response` is the one place
+this happens: `DialogueEnv` scores a dialogue's final answer with it too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from optima_envs.scoring.extract import Extraction
 __all__ = ["Extractor", "Metric", "ScoreResult", "score_response"]
 
 Extractor = Callable[[str], Extraction]
-"""Maps a whole message to its `Extraction` (answer `None` when there is none); never raises."""
+"""Maps a whole message to its `Extraction` (answer `None` when there is none, never blank);
+never raises."""
 
 Metric = Callable[[str, Any], float]
 """Scores an extracted answer against the gold in [0, 1]; raises `ScoringError` (or
@@ -52,13 +54,15 @@ class ScoreResult:
 def score_response(text: str, gold: Any, *, extractor: Extractor, metric: Metric) -> ScoreResult:
     """Extract the answer from `text` and score it against `gold`.
 
-    No answer, or an empty one (`<A></A>`), scores 0.0 with `ok=True` and the metric is not
-    called. A `ScoringError` or `TimeoutError` from the metric gives `score=None`, `ok=False`
-    and the error message; any other exception is a bug and propagates.
+    No answer (which includes an empty one, `<A></A>`) scores 0.0 with `ok=True` and the
+    metric is not called. A `ScoringError` or `TimeoutError` from the metric gives
+    `score=None`, `ok=False` and the error message; any other exception is a bug and
+    propagates.
 
     Args:
-        text: One message (or the final message of a dialogue).
-        gold: Whatever `metric` takes as its second argument.
+        text: One message (in a dialogue, the last message that gave an answer).
+        gold: Whatever `metric` takes as its second argument (a task's metric takes the
+            `TaskInstance`).
         extractor: E.g. `extract_tag` or `functools.partial(extract_boxed, strict=True)`.
         metric: E.g. `token_f1` or `functools.partial(max_over_aliases, token_f1)`.
 
@@ -68,7 +72,7 @@ def score_response(text: str, gold: Any, *, extractor: Extractor, metric: Metric
     extraction = extractor(text)
     base = {"answer": extraction.answer, "extraction_method": extraction.method,
             "fallback": extraction.fallback}
-    if extraction.answer is None or not extraction.answer.strip():
+    if extraction.answer is None:
         return ScoreResult(score=0.0, ok=True, error=None, **base)
     try:
         score = float(metric(extraction.answer, gold))

@@ -14,8 +14,8 @@ agents) given to the agents in a seeded random order, so each reads a coherent p
 round-robin. Sentences containing the answer word are marked supporting (statistics only).
 
 ## Protocol and episode end
-Partners; the chosen word as `<A>word</A>`; ends when an answer repeats the previous message's
-answer (`answer_repeats_previous_turn`) or at `max_turns`.
+Partners; the chosen word as `<A>word</A>`; ends when an answer repeats the last answer given
+(`answer_repeats_last_answer`) or at `max_turns`.
 
 ## Metric
 Exact match on the chosen word (`word_match` against the candidates: the answer itself, or
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from optima_envs.core.task import Task
-from optima_envs.core.termination import answer_repeats_previous_turn
+from optima_envs.core.termination import answer_repeats_last_answer
 from optima_envs.core.types import TaskInstance
 from optima_envs.data.cbt import SUBSETS, CBTSource, Subset
 from optima_envs.data.common import DataConfig, OnError
@@ -87,6 +87,6 @@ def make_task(*, data_dir: str | None = None, data_files: str | list[str] | None
             answer_instruction="When you and your partner agree, give the chosen candidate word as <A>word</A>."),
         extract=extract_tag,
         metric=score_word,
-        termination=answer_repeats_previous_turn,
+        termination=answer_repeats_last_answer,
         answer_format="<A>word</A>",
     )

@@ -11,8 +11,9 @@ dialogue ends when the solver repeats its last answer after the critique
 (`answer_repeats_last_answer`, "agreed") or at `max_turns`.
 
 ## Metric
-Numeric exact match of the boxed answer against the number after `####` (relative tolerance
-1e-6; "$1,000.00" matches "1000").
+Numeric exact match of the boxed answer against the number after `####` (`numeric_match`: an
+equation is read by its result, "5 + 3 = 18" is 18; numbers compare by value, "$1,000.00"
+matches "1000", integers exactly).
 
 ## Arguments
 data_dir, data_files, split ("test" (default) or "train"), limit, seed, on_error, hub_id

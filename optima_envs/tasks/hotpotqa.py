@@ -14,8 +14,8 @@ says nothing about relevance. All of it from the env's seeded RNG.
 
 ## Protocol and episode end
 Every agent is a partner and may answer with `<A>answer</A>`. The dialogue ends when an answer
-repeats the answer of the message right before it (`answer_repeats_previous_turn`, "agreed"),
-or at `max_turns` (10 by default).
+repeats the last answer given, messages without one skipped (`answer_repeats_last_answer`,
+"agreed"; the reference Optima rule), or at `max_turns` (10 by default).
 
 ## Metric
 Token F1 of the final answer against the gold answer (HotpotQA's official normalisation).
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from optima_envs.core.task import Task
-from optima_envs.core.termination import answer_repeats_previous_turn
+from optima_envs.core.termination import answer_repeats_last_answer
 from optima_envs.core.types import TaskInstance
 from optima_envs.data.common import DataConfig, OnError
 from optima_envs.data.hotpotqa import HotpotQASource
@@ -87,6 +87,6 @@ def multihop_paragraph_task(name: str, source: Any) -> Task:
         prompts=InfoAsymmetricPrompts(),
         extract=extract_tag,
         metric=score_f1,
-        termination=answer_repeats_previous_turn,
+        termination=answer_repeats_last_answer,
         answer_format="<A>answer</A>",
     )

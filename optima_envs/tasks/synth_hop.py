@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 
 from optima_envs.core.task import Task
-from optima_envs.core.termination import answer_repeats_previous_turn
+from optima_envs.core.termination import answer_repeats_last_answer
 from optima_envs.core.types import Evidence, TaskInstance
 from optima_envs.errors import ConfigError
 from optima_envs.prompts.templates import InfoAsymmetricPrompts
@@ -137,6 +137,6 @@ def make_task(*, hops: int = 2, distractors: int = 2, comparison_rate: float = 0
         prompts=InfoAsymmetricPrompts(),
         extract=extract_tag,
         metric=_score_f1,
-        termination=answer_repeats_previous_turn,
+        termination=answer_repeats_last_answer,
         answer_format="<A>answer</A>",
     )

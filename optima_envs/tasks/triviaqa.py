@@ -11,11 +11,13 @@ shuffled and dealt round-robin (`deal_shuffled_alternately`), so each agent hold
 A snippet containing an answer alias is marked supporting (for statistics only).
 
 ## Protocol and episode end
-Partners; `<A>answer</A>`; ends when an answer repeats the previous message's answer
-(`answer_repeats_previous_turn`) or at `max_turns`.
+Partners; `<A>answer</A>`; ends when an answer repeats the last answer given
+(`answer_repeats_last_answer`) or at `max_turns`.
 
 ## Metric
-Token F1, the maximum over the answer's aliases (Value, Aliases, NormalizedAliases).
+Token F1 as TriviaQA's official script computes it (`triviaqa_f1`: its own normaliser, under
+which "David_Seville" is "David Seville"), the maximum over the answer's aliases (Value,
+Aliases, NormalizedAliases).
 
 ## Arguments
 data_dir (the release root holding qa/ and evidence/), data_files (qa JSON files; evidence is
@@ -35,13 +37,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from optima_envs.core.task import Task
-from optima_envs.core.termination import answer_repeats_previous_turn
+from optima_envs.core.termination import answer_repeats_last_answer
 from optima_envs.core.types import TaskInstance
 from optima_envs.data.common import DataConfig, OnError
 from optima_envs.data.triviaqa import Domain, EvidenceKind, TriviaQASource
 from optima_envs.errors import ConfigError
 from optima_envs.prompts.templates import InfoAsymmetricPrompts
-from optima_envs.scoring import extract_tag, max_over_aliases, token_f1
+from optima_envs.scoring import extract_tag, max_over_aliases, triviaqa_f1
 from optima_envs.splits import deal_shuffled_alternately
 
 
@@ -76,7 +78,7 @@ class TriviaQAConfig(DataConfig):
 
 
 def score_aliases(answer: str, instance: TaskInstance) -> float:
-    return max_over_aliases(token_f1, answer, instance.gold)
+    return max_over_aliases(triviaqa_f1, answer, instance.gold)
 
 
 def make_task(*, data_dir: str | None = None, data_files: str | list[str] | None = None, split: str = "validation",
@@ -99,6 +101,6 @@ def make_task(*, data_dir: str | None = None, data_files: str | list[str] | None
         prompts=InfoAsymmetricPrompts(),
         extract=extract_tag,
         metric=score_aliases,
-        termination=answer_repeats_previous_turn,
+        termination=answer_repeats_last_answer,
         answer_format="<A>answer</A>",
     )

@@ -11,8 +11,8 @@ random agents; every agent's pile shuffled). `first_sentence_only=True` keeps on
 paragraph's first sentence.
 
 ## Protocol and episode end
-Partners; `<A>answer</A>`; ends when an answer repeats the previous message's answer
-(`answer_repeats_previous_turn`) or at `max_turns`.
+Partners; `<A>answer</A>`; ends when an answer repeats the last answer given
+(`answer_repeats_last_answer`) or at `max_turns`.
 
 ## Metric
 Token F1 against the gold answer.

@@ -87,7 +87,7 @@ class TestRecords:
     def test_record_contents(self):
         specs = [EpisodeSpec(seed=3, index=9, options={"format_instruction": 0})]
         record = RolloutEngine("synth-hop-ia", oracle(specs=specs), progress=False).run(specs)[0]
-        assert (record.env_id, record.env_version, record.seed, record.index) == ("synth-hop-ia", 1, 3, 9)
+        assert (record.env_id, record.env_version, record.seed, record.index) == ("synth-hop-ia", 2, 3, 9)
         assert record.options == {"format_instruction": 0} and record.format_instruction
         assert record.instance_id == "synth-hop-train-9" and record.agents == ("alice", "bob")
         assert record.roles == ("partner", "partner") and len(record.system_prompts) == 2

@@ -34,20 +34,26 @@ class TestMake:
     def test_make_returns_ready_env_with_version(self):
         env = optima_envs.make("synth-hop-ia")
         assert isinstance(env, optima_envs.DialogueEnv)
-        assert env.metadata["version"] == 1
+        assert env.metadata["version"] == 2
         assert env.metadata["name"] == "synth-hop-ia"
         env.reset(seed=0)
         assert env.agents == ["alice", "bob"]
 
     def test_versioned_id(self):
-        assert optima_envs.make("synth-hop-ia-v1").metadata["version"] == 1
+        assert optima_envs.make("synth-hop-ia-v2").metadata["version"] == 2
+
+    def test_every_env_is_at_version_2_after_the_scoring_change(self):
+        for name in optima_envs.list_envs():
+            assert optima_envs.spec(name).version == 2 and "last non-empty answer" in optima_envs.spec(name).changes[2]
+        with pytest.raises(DeprecatedEnvError, match=re.escape("use 'hotpotqa-ia-v2' instead")):
+            optima_envs.make("hotpotqa-ia-v1")
 
     def test_unknown_id_suggests_close_matches(self):
         with pytest.raises(UnknownEnvError, match=re.escape("no env named 'synth-hop'. Did you mean 'synth-hop-ia'")):
             optima_envs.make("synth-hop")
 
     def test_unknown_version(self):
-        with pytest.raises(UnknownEnvError, match=re.escape("env 'synth-hop-ia' has no version 9; registered versions: [1]")):
+        with pytest.raises(UnknownEnvError, match=re.escape("env 'synth-hop-ia' has no version 9; registered versions: [2]")):
             optima_envs.make("synth-hop-ia-v9")
 
     def test_old_version_names_replacement(self, scratch_registry):
@@ -57,7 +63,7 @@ class TestMake:
             optima_envs.make("demo-task-v1")
 
     def test_unknown_option_lists_accepted(self):
-        with pytest.raises(ConfigError, match=re.escape("synth-hop-ia-v1: unknown option(s) ['hopz']")):
+        with pytest.raises(ConfigError, match=re.escape("synth-hop-ia-v2: unknown option(s) ['hopz']")):
             optima_envs.make("synth-hop-ia", hopz=3)
 
     def test_env_and_task_options_are_routed(self):
@@ -68,8 +74,8 @@ class TestMake:
         assert env.state.instance.meta["hops"] in (2, 3)
 
     def test_duplicate_registration(self, scratch_registry):
-        with pytest.raises(RegistrationError, match=re.escape("env 'synth-hop-ia-v1' is already registered")):
-            register(EnvSpec(name="synth-hop-ia", version=1, entry_point="x:y", description="", family="ia"))
+        with pytest.raises(RegistrationError, match=re.escape("env 'synth-hop-ia-v2' is already registered")):
+            register(EnvSpec(name="synth-hop-ia", version=2, entry_point="x:y", description="", family="ia"))
 
 
 class TestListEnvs:
@@ -80,4 +86,4 @@ class TestListEnvs:
 
     def test_pprint_returns_text(self):
         text = optima_envs.pprint_registry(print_output=False)
-        assert "synth-hop-ia-v1" in text
+        assert "synth-hop-ia-v2" in text

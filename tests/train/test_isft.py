@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from optima_envs.data.common import DATA_DIR_ENV
 from optima_envs.errors import ConfigError
 from optima_train.config_io import config_to_dict, dump_config, from_dict, load_config
 from optima_train.isft import ISFTConfig, ISFTTrainer
@@ -25,6 +26,7 @@ from optima_train.run_dir import (
     atomic_write_json,
     read_json,
 )
+from tests.envs.data.fixtures import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p for p in (ROOT / "configs" / "isft").glob("*.yaml") if p.name != "base.yaml")
@@ -92,6 +94,7 @@ class TestConfig:
     @pytest.mark.parametrize("path", [p for p in CONFIGS if p.stem in OFFLINE], ids=lambda p: p.stem)
     def test_offline_configs_find_their_data_and_model(self, path, monkeypatch):
         monkeypatch.chdir(ROOT)
+        monkeypatch.setenv(DATA_DIR_ENV, str(FIXTURES))  # the datasets' committed fixtures, in the release layout
         ISFTTrainer(load_config(ISFTConfig, path)).check_resources()
 
     def test_missing_data_or_model_fails_before_any_work(self, tmp_path):

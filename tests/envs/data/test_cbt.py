@@ -1,4 +1,4 @@
-"""Children's Book Test loader: the original text files and the hub's rows."""
+"""Children's Book Test loader: the original text files and the hub's rows (fixtures in tests/fixtures/data/cbt)."""
 
 import re
 
@@ -7,10 +7,9 @@ import pytest
 import optima_envs
 from optima_envs.data.cbt import read_cbt_text
 from optima_envs.errors import DataError
-from tests.envs.data.fixtures import write_jsonl
-from tests.envs.env_kwargs import SHARED_DATA
+from tests.envs.data.fixtures import FIXTURES, write_jsonl
 
-CBT = SHARED_DATA / "cbt" / "hf_datasets_dummy"
+CBT = FIXTURES / "cbt"
 
 
 def instances(**kwargs):
@@ -20,19 +19,27 @@ def instances(**kwargs):
 class TestOriginalText:
     @pytest.mark.parametrize("subset", ["CN", "NE"])
     @pytest.mark.parametrize("split, name", [("train", "train"), ("valid", "valid_2000ex"), ("test", "test_2500ex")])
-    def test_every_shared_file(self, subset, split, name):
-        (story,) = instances(data_dir=CBT, subset=subset, split=split)
-        assert story.instance_id == f"cbtest_{subset}_{name}-0"
-        assert len(story.evidence) == 20 and len(story.choices) == 10
-        assert story.gold in [text for _, text in story.choices]
-        assert "XXXXX" in story.question and story.meta["subset"] == subset
+    def test_every_release_file(self, subset, split, name):
+        stories = instances(data_dir=CBT, subset=subset, split=split)
+        assert len(stories) == (2 if (subset, split) == ("CN", "test") else 1)
+        for k, story in enumerate(stories):
+            assert story.instance_id == f"cbtest_{subset}_{name}-{k}"
+            assert len(story.evidence) == 20 and len(story.choices) == 10
+            assert story.gold in [text for _, text in story.choices]
+            assert "XXXXX" in story.question and story.meta["subset"] == subset
 
     def test_known_story(self):
-        (story,) = instances(data_dir=CBT, subset="CN", split="test")
+        story = instances(data_dir=CBT, subset="CN", split="test")[0]
         assert story.gold == "man"
-        assert story.meta["query"] == "Do you think she will see that young XXXXX sitting under the tree ? '"
-        assert story.evidence[0].text == "-LRB- 3 -RRB- Hollenmadchen ."
-        assert [label for label, _ in story.choices][:3] == ["birds", "food", "maiden"]
+        assert story.meta["query"] == ("And ever after , when he passed the stone in the forest , he bowed to it as a "
+                                       "wise XXXXX should .")
+        assert story.evidence[0].text == "-LRB- 2 -RRB- The Miller 's Gift ."
+        assert [label for label, _ in story.choices][:3] == ["basket", "bread", "cottage"]
+
+    def test_named_entity_story(self):
+        (story,) = instances(data_dir=CBT, subset="NE")
+        assert story.gold == "Wenna" and story.choices[:2] == (("Carrow", "Carrow"), ("Jory", "Jory"))
+        assert [k for k, e in enumerate(story.evidence, 1) if e.supporting] == [4, 9, 12, 19]  # they name Wenna
 
     def test_two_stories_in_one_file(self, tmp_path):
         text = (CBT / "cbtest_NE_test_2500ex.txt").read_text()
@@ -43,16 +50,20 @@ class TestOriginalText:
 
     def test_book_title_lines_are_skipped(self, tmp_path):
         text = (CBT / "cbtest_CN_train.txt").read_text()
+        assert text.startswith("_BOOK_TITLE_ : ")
         path = tmp_path / "cbtest_CN_train.txt"
-        path.write_text("_BOOK_TITLE_ : Andrew_Lang___Prince_Prigio.txt.out\n" + text)
+        path.write_text(text.split("\n", 1)[1])  # the same story without its book's title line
         assert instances(data_files=path) == instances(data_dir=CBT, split="train")
+        path.write_text(text + text)  # two books, each opened by its title line
+        assert [s.instance_id for s in instances(data_files=path)] == ["cbtest_CN_train-0", "cbtest_CN_train-1"]
 
     def test_misnumbered_line(self, tmp_path):
         lines = (CBT / "cbtest_CN_test_2500ex.txt").read_text().splitlines()
         lines[4] = "7 " + lines[4].split(" ", 1)[1]
         path = tmp_path / "cbtest_CN_test_2500ex.txt"
         path.write_text("\n".join(lines) + "\n")
-        with pytest.raises(DataError, match=re.escape(f"{path}:5: expected a line numbered 5 ('5 text'), got \"7 He might")):
+        message = f"{path}:5: expected a line numbered 5 ('5 text'), got '7 She sat"
+        with pytest.raises(DataError, match=re.escape(message)):
             instances(data_files=path)
 
     def test_malformed_query_line(self, tmp_path):
@@ -66,7 +77,11 @@ class TestOriginalText:
 
 
 class TestHubRows:
-    def test_hub_rows_equal_original(self, tmp_path):
+    @pytest.mark.parametrize("subset", ["CN", "NE"])
+    def test_hub_rows_equal_original(self, subset):
+        assert instances(data_dir=CBT / "hub", subset=subset) == instances(data_dir=CBT, subset=subset)
+
+    def test_release_rows_in_hub_layout(self, tmp_path):
         rows = [r.data for r in read_cbt_text(CBT / "cbtest_NE_test_2500ex.txt")]
         write_jsonl(tmp_path / "NE" / "test.jsonl", rows)
         assert instances(data_dir=tmp_path, subset="NE") == instances(data_dir=CBT, subset="NE")

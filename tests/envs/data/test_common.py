@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 
 import optima_envs
-from optima_envs.data.common import DataConfig, DataWarning, clear_cache, read_csv, read_json
+from optima_envs.data.common import DATA_DIR_ENV, DataConfig, DataWarning, clear_cache, read_csv, read_json
 from optima_envs.errors import ConfigError, DataError, DataNotFoundError
-from tests.envs.data.fixtures import TWOWIKI_ROWS, multihop_to_hub, write_json, write_jsonl
-from tests.envs.env_kwargs import SHARED_DATA
+from tests.envs.data.fixtures import FIXTURES, TWOWIKI_ROWS, multihop_to_hub, read_json_file, write_json, write_jsonl
 
-HOTPOT = SHARED_DATA / "hotpotqa" / "rpt"
+HOTPOT = FIXTURES / "hotpotqa"
 
 
 def ids(env):
@@ -103,11 +102,13 @@ class TestReaders:
 
 
 class TestMissingData:
-    def test_missing_file_fails_at_make(self, tmp_path):
+    def test_missing_file_fails_at_make(self, tmp_path, monkeypatch):
+        monkeypatch.delenv(DATA_DIR_ENV, raising=False)
         path = tmp_path / "nope.json"
         with pytest.raises(DataNotFoundError, match=re.escape(
-                f"hotpotqa-ia: data file '{path}' does not exist (data_files=['{path}']). To use local files, "
-                f"pass data_dir=... (a folder with hotpot_dev_distractor_v1.json")):
+                f"hotpotqa-ia: data file '{path}' does not exist (data_files=['{path}']). Local files: "
+                f"$OPTIMA_DATA_DIR is not set. Set OPTIMA_DATA_DIR to a folder holding hotpotqa/ "
+                f"(hotpot_dev_distractor_v1.json")):
             optima_envs.make("hotpotqa-ia", data_files=path)
 
     def test_folder_without_the_split_lists_what_was_tried(self, tmp_path):
@@ -120,6 +121,7 @@ class TestMissingData:
             optima_envs.make("gsm8k-debate", data_dir=tmp_path / "x")
 
     def test_hub_offline_names_hub_id_and_data_dir(self, monkeypatch):
+        monkeypatch.delenv(DATA_DIR_ENV, raising=False)
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
         datasets = pytest.importorskip("datasets")
@@ -136,15 +138,16 @@ class TestMissingData:
         message = str(caught.value)
         assert message.startswith("hotpotqa-ia: could not load 'hotpotqa/hotpot_qa' (config 'distractor'), "
                                   "split 'validation' from the Hugging Face hub (")
-        assert "optima_envs.make('hotpotqa-ia', data_dir='path/to/data')" in message
+        assert "optima_envs.make('hotpotqa-ia', data_dir='path/to/hotpotqa')" in message
 
     def test_hub_without_datasets_package(self, monkeypatch):
+        monkeypatch.delenv(DATA_DIR_ENV, raising=False)
         monkeypatch.setitem(sys.modules, "datasets", None)
         env = optima_envs.make("mmlu-debate")
         with pytest.raises(DataNotFoundError, match=re.escape(
                 "mmlu-debate: no data_dir or data_files was given, and loading 'cais/mmlu' (config 'all'), split "
                 "'test' from the Hugging Face hub needs the `datasets` package (pip install datasets). "
-                "To use local files, pass data_dir=...")):
+                "Local files: $OPTIMA_DATA_DIR is not set. Set OPTIMA_DATA_DIR to a folder holding mmlu/")):
             len(env.task.source)
 
 
@@ -183,16 +186,17 @@ class TestOnError:
 
 class TestSubset:
     def test_no_limit_keeps_file_order(self):
-        rows = [json.loads(line)["id"] for line in (HOTPOT / "dev.jsonl").read_text().splitlines()]
+        rows = [row["_id"] for row in read_json_file(HOTPOT / "hotpot_dev_distractor_v1.json")]
         assert ids(optima_envs.make("hotpotqa-ia", data_dir=HOTPOT)) == rows
 
     def test_limit_is_a_seeded_permutation_prefix(self):
-        rows = [json.loads(line)["id"] for line in (HOTPOT / "dev.jsonl").read_text().splitlines()]
-        five = ids(optima_envs.make("hotpotqa-ia", data_dir=HOTPOT, limit=5, seed=3))
-        assert five == [rows[i] for i in np.random.default_rng(3).permutation(len(rows))[:5]]
-        assert five == ids(optima_envs.make("hotpotqa-ia", data_dir=HOTPOT, limit=5, seed=3))
-        assert ids(optima_envs.make("hotpotqa-ia", data_dir=HOTPOT, limit=12, seed=3))[:5] == five
-        assert ids(optima_envs.make("hotpotqa-ia", data_dir=HOTPOT, limit=5, seed=4)) != five
+        rows = [row["_id"] for row in read_json_file(HOTPOT / "hotpot_dev_distractor_v1.json")]
+        assert len(rows) == 5  # the fixture; limits 2 and 4 are real subsets of it
+        two = ids(optima_envs.make("hotpotqa-ia", data_dir=HOTPOT, limit=2, seed=3))
+        assert two == [rows[i] for i in np.random.default_rng(3).permutation(len(rows))[:2]]
+        assert two == ids(optima_envs.make("hotpotqa-ia", data_dir=HOTPOT, limit=2, seed=3))
+        assert ids(optima_envs.make("hotpotqa-ia", data_dir=HOTPOT, limit=4, seed=3))[:2] == two
+        assert ids(optima_envs.make("hotpotqa-ia", data_dir=HOTPOT, limit=2, seed=4)) != two
 
 
 class TestLaziness:

@@ -23,6 +23,11 @@ class TestExtraction:
         with pytest.raises(ValueError, match=re.escape("got 'regex'")):
             Extraction(answer="x", method="regex", fallback=False)  # type: ignore[arg-type]
 
+    @pytest.mark.parametrize("answer", ["", "  \n"])
+    def test_rejects_blank_answer(self, answer: str) -> None:
+        with pytest.raises(ValueError, match="use answer=None"):
+            Extraction(answer=answer, method="tag", fallback=False)
+
     def test_answer_none_exactly_when_method_none(self) -> None:
         with pytest.raises(ValueError, match="exactly when method is 'none'"):
             Extraction(answer=None, method="tag", fallback=False)
@@ -42,12 +47,19 @@ class TestExtractTag:
             ("<A>x<A>inner</A>", "inner"),  # a second opener replaces the first
             ("</A><A>ok</A></A>", "ok"),  # stray closers ignored
             ("<A>Zürich 🙂</A>", "Zürich 🙂"),
-            ("<A></A>", ""),  # well-formed but empty: answered with nothing
-            ("<A>old</A> <A>  </A>", ""),  # an empty last answer does not resurrect an old one
         ],
     )
     def test_last_well_formed_tag(self, text: str, expected: str) -> None:
         assert extract_tag(text) == Extraction(answer=expected, method="tag", fallback=False)
+
+    @pytest.mark.parametrize(
+        "text",
+        ["<A></A>", "<A> \n </A>",
+         "<A>old</A> <A>  </A>",  # an empty last answer does not resurrect an old one
+         "<A></A> Answer: Paris"],  # nor does a fallback replace it
+    )
+    def test_empty_tag_is_no_answer(self, text: str) -> None:
+        assert extract_tag(text) == Extraction(None, "none", False)
 
     def test_custom_tag(self) -> None:
         assert extract_tag("<A>no</A><ans>yes</ans>", tag="ans") == Extraction("yes", "tag", False)
@@ -73,6 +85,17 @@ class TestExtractTag:
 
     def test_empty_unclosed_tag_is_no_answer(self) -> None:
         assert extract_tag("text <A>   ") == Extraction(None, "none", False)
+        assert extract_tag("text <A> </A") == Extraction(None, "none", False)
+
+    @pytest.mark.parametrize("text", ["<A>Paris</A", "<A>Paris</", "<A>Paris<", "<a>Paris</a",
+                                      "<A>Paris </A  "])
+    def test_closing_tag_cut_off(self, text: str) -> None:
+        # The token limit can stop a message inside its closing tag.
+        assert extract_tag(text) == Extraction("Paris", "unclosed_tag", True)
+
+    def test_partial_closer_of_another_tag_is_kept(self) -> None:
+        assert extract_tag("<A>x </B") == Extraction("x </B", "unclosed_tag", True)
+        assert extract_tag("<ans>x</an", tag="ans") == Extraction("x", "unclosed_tag", True)
 
     def test_answer_line_fallback(self, caplog: pytest.LogCaptureFixture) -> None:
         caplog.set_level(logging.INFO, logger=LOGGER)
@@ -121,7 +144,6 @@ class TestExtractBoxed:
             ("\\fbox{7}", "7"),
             ("\\boxed {  8 }", "8"),
             ("\\boxed 5$", "5"),  # brace-less form
-            ("\\boxed{}", ""),
             ("\\boxed{\\boxed{9}}", "9"),  # the innermost box starts last
         ],
     )
@@ -140,6 +162,11 @@ class TestExtractBoxed:
 
     def test_strict_disables_fallbacks(self) -> None:
         assert extract_boxed("<A>3</A>", strict=True) == Extraction(None, "none", False)
+
+    @pytest.mark.parametrize("text", ["\\boxed{}", "\\boxed{ }", "\\boxed{1} \\boxed{}",
+                                      "\\boxed{} <A>3</A>"])
+    def test_empty_box_is_no_answer(self, text: str) -> None:
+        assert extract_boxed(text) == Extraction(None, "none", False)
 
     def test_missing_box(self) -> None:
         assert extract_boxed("just text {with} braces") == Extraction(None, "none", False)

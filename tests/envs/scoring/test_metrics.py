@@ -14,6 +14,7 @@ from optima_envs.scoring import (
     max_over_aliases,
     numeric_match,
     token_f1,
+    triviaqa_f1,
     word_match,
 )
 
@@ -66,11 +67,10 @@ class TestExactMatch:
             ("Paris France", "Paris", 0.0),
             ("$29.00", "29", 1.0),  # currency and trailing zeros
             ("1,000", "1000", 1.0),  # thousands separators
-            ("29 dollars", "$29", 1.0),
             ("50%", "50", 1.0),
             ("\\frac{1}{2}", "0.5", 1.0),  # LaTeX fraction vs decimal
             ("1/2", "0.5", 1.0),
-            ("0.3333333", "1/3", 1.0),  # within 1e-6 relative
+            ("0.3333333", "1/3", 1.0),  # a non-integer may differ by 1e-6 relative
             ("0.333", "1/3", 0.0),
             ("Route 66", "66", 0.0),  # a number inside text is compared as text
             ("29", "30", 0.0),
@@ -80,9 +80,66 @@ class TestExactMatch:
     def test_exact_match(self, prediction: str, gold: str, expected: float) -> None:
         assert exact_match(prediction, gold) == expected
 
+    @pytest.mark.parametrize(
+        ("prediction", "gold"),
+        [
+            ("22 December", "22 November"),
+            ("3.5 billion", "3.5 million"),
+            ("2nd Infantry Division", "2nd Armored Division"),
+            ("29 dollars", "$29"),  # a number followed by words compares as text (as SQuAD does)
+            ("1990s", "1990"),
+        ],
+    )
+    def test_number_followed_by_words_compares_whole_text(self, prediction: str, gold: str) -> None:
+        assert exact_match(prediction, gold) == 0.0
+        assert exact_match(prediction, prediction.upper()) == 1.0
+
+    @pytest.mark.parametrize(
+        ("prediction", "gold", "expected"),
+        [
+            ("1450001", "1450000", 0.0),  # integers compare exactly: no tolerance
+            ("1450000.0", "1450001", 0.0),  # an integer value written as a decimal too
+            ("12345678901234567", "12345678901234568", 0.0),  # beyond float precision
+            ("1e3", "1000", 1.0),
+            ("3.6", "36", 0.0),  # numbers compare by value, not by SQuAD text (it drops the dot)
+        ],
+    )
+    def test_numbers_compare_by_value(self, prediction: str, gold: str, expected: float) -> None:
+        assert exact_match(prediction, gold) == expected
+
     def test_empty_gold_raises(self) -> None:
         with pytest.raises(ScoringError, match=re.escape("exact_match: the gold answer is empty")):
             exact_match("x", "")
+
+
+class TestTriviaQAF1:
+    """The official triviaqa_evaluation.py F1 (its own normaliser, no yes/no rule)."""
+
+    @pytest.mark.parametrize(
+        ("prediction", "gold", "expected"),
+        [
+            ("David_Seville", "David Seville", 1.0),  # underscores are spaces
+            ("Lewis, (Harry) Sinclair", "lewis harry sinclair", 1.0),
+            ("U.S.A.", "U S", 1.0),  # punctuation becomes a space; then "a" is an article
+            ("rock\u2019n\u2019roll", "rock n roll", 1.0),
+            ("cat sat", "the cat sat down", 0.8),
+            ("yes", "yes it is", 0.5),  # no HotpotQA yes/no rule
+        ],
+    )
+    def test_official_f1(self, prediction: str, gold: str, expected: float) -> None:
+        assert triviaqa_f1(prediction, gold) == pytest.approx(expected, abs=1e-12)
+
+    def test_no_common_token_is_zero(self) -> None:
+        assert triviaqa_f1("the", "The") == 0.0  # the official script: no overlap, no credit
+        assert triviaqa_f1("Rome", "Paris") == 0.0
+
+    def test_squad_normaliser_differs(self) -> None:
+        assert token_f1("David_Seville", "David Seville") == 0.0
+
+    def test_empty_gold_raises(self) -> None:
+        with pytest.raises(ScoringError, match=re.escape(
+                "triviaqa_f1: the gold answer is empty (''); fix the dataset row.")):
+            triviaqa_f1("x", "")
 
 
 class TestMaxOverAliases:
@@ -116,8 +173,12 @@ class TestNumericMatch:
             ("1,000", "1000", 1.0),
             ("-3.5", "-7/2", 1.0),
             ("1e3", "1000", 1.0),
-            ("1000.0005", "1000", 1.0),  # within 1e-6 relative
+            ("1000.0005", "1000", 1.0),  # a decimal may differ by 1e-6 relative
             ("1000.01", "1000", 0.0),
+            ("1450001", "1450000", 0.0),  # integers compare exactly
+            ("1450000.0", "1450001", 0.0),
+            ("12345678901234567", "12345678901234568", 0.0),
+            ("$18.00", "18", 1.0),  # by value, where GSM8K's reference compares strings
             ("71", "72", 0.0),
             ("seventy-two", "72", 0.0),  # no number in the prediction: wrong, not an error
             ("", "72", 0.0),
@@ -130,6 +191,15 @@ class TestNumericMatch:
         with pytest.raises(ScoringError, match=re.escape(
                 "numeric_match: the gold answer 'seventy' has no number.")):
             numeric_match("70", "seventy")
+
+    @pytest.mark.parametrize(
+        ("prediction", "expected"),
+        [("5 + 3 = 18", 1.0), ("x = 18", 1.0), ("2 \\times 9 = 18 dollars", 1.0),
+         ("18 = 5 + 3", 0.0), ("a = 18 = 19", 0.0)],
+    )
+    def test_reads_the_right_side_of_a_final_equation(self, prediction: str,
+                                                      expected: float) -> None:
+        assert numeric_match(prediction, "18") == expected
 
 
 class TestChoiceMatch:
@@ -150,6 +220,21 @@ class TestChoiceMatch:
     def test_does_not_designate_gold(self, prediction: str) -> None:
         assert choice_match(prediction, "B", self.OPTIONS) == 0.0
 
+    @pytest.mark.parametrize(
+        "prediction",
+        ["B or C", "B and C", "B. Actually C.", "B, then (C)", "Option B or option C", "B or A",
+         "(B) London, or D"],
+    )
+    def test_two_options_named_is_wrong(self, prediction: str) -> None:
+        assert choice_match(prediction, "B", self.OPTIONS) == 0.0
+        assert choice_match(prediction, "C", self.OPTIONS) == 0.0
+
+    @pytest.mark.parametrize("prediction", ["B or B", "B. A map shows it", "B, I am sure",
+                                            "B because a dog would not", "B) London. Not C.",
+                                            "B: vitamin C is not it"])
+    def test_one_option_named(self, prediction: str) -> None:
+        assert choice_match(prediction, "B", self.OPTIONS) == 1.0
+
     def test_option_text_beats_letter_reading(self) -> None:
         # "A dog" is option C's text, not the letter A followed by "dog".
         assert choice_match("A dog", "C", self.OPTIONS) == 1.0
@@ -157,6 +242,8 @@ class TestChoiceMatch:
 
     def test_numeric_labels(self) -> None:
         assert choice_match("(2)", "2", {"1": "red", "2": "blue"}) == 1.0
+        assert choice_match("2 or 1", "2", {"1": "red", "2": "blue"}) == 0.0
+        assert choice_match("2 because 1 is red", "2", {"1": "red", "2": "blue"}) == 1.0
 
     def test_empty_options_raise(self) -> None:
         with pytest.raises(ScoringError, match=re.escape(
@@ -167,6 +254,25 @@ class TestChoiceMatch:
         with pytest.raises(ScoringError, match=re.escape(
                 "choice_match: the gold label 'E' is not an option label (['A', 'B', 'C', 'D']).")):
             choice_match("A", "E", self.OPTIONS)
+
+
+class TestChoiceAlikeOptions:
+    """Options that the SQuAD normaliser makes equal (MMLU: "36"/"3.6", "-36m"/"36m")."""
+
+    OPTIONS = {"A": "36", "B": "3.6", "C": "-36m", "D": "36m"}
+
+    @pytest.mark.parametrize(
+        ("prediction", "gold"),
+        [("36", "A"), ("3.6", "B"), ("-36m", "C"), ("36m", "D"), ("(B) 3.6", "B"), ("C) -36m", "C"),
+         (" 3.6 ", "B"), ("36M", "D")],
+    )
+    def test_exact_option_text_wins(self, prediction: str, gold: str) -> None:
+        assert choice_match(prediction, gold, self.OPTIONS) == 1.0
+
+    @pytest.mark.parametrize("gold", ["A", "B"])
+    def test_ambiguous_text_is_wrong(self, gold: str) -> None:
+        assert choice_match("3,6", gold, self.OPTIONS) == 0.0
+        assert choice_match("(A) 3,6", gold, self.OPTIONS) == 0.0
 
 
 class TestWordMatch:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 import pytest
 
+import optima_envs
+from optima_envs.core.dialogue_env import DialogueEnv
 from optima_envs.errors import ScoringError
 from optima_envs.scoring import (
     ScoreResult,
@@ -44,10 +47,15 @@ class TestScoreResponse:
         assert result == ScoreResult(score=0.0, ok=True, answer=None, extraction_method="none",
                                      fallback=False, error=None)
 
-    def test_empty_answer_is_a_wrong_answer(self) -> None:
+    def test_empty_answer_is_no_answer(self) -> None:
         result = score_response("<A> </A>", "72", extractor=extract_tag, metric=numeric_match)
-        assert result == ScoreResult(score=0.0, ok=True, answer="", extraction_method="tag",
+        assert result == ScoreResult(score=0.0, ok=True, answer=None, extraction_method="none",
                                      fallback=False, error=None)
+
+    def test_equation_in_box_scores_its_result(self) -> None:
+        result = score_response("\\boxed{5 + 3 = 18}", "18", extractor=extract_boxed,
+                                metric=numeric_match)
+        assert (result.answer, result.score) == ("5 + 3 = 18", 1.0)
 
     def test_scoring_error_is_recorded_not_zero(self) -> None:
         result = score_response("\\boxed{5}", "five", extractor=extract_boxed, metric=numeric_match)
@@ -73,6 +81,39 @@ class TestScoreResponse:
 
         with pytest.raises(KeyError):
             score_response("<A>x</A>", "x", extractor=extract_tag, metric=buggy)
+
+
+class TestDialogueEnvScoring:
+    """The env scores its final answer with `score_response`, so both agree on every case."""
+
+    @staticmethod
+    def _end(messages: list[str]) -> dict[str, Any]:
+        env = optima_envs.make("synth-hop-ia", max_turns=len(messages))
+        env.reset(seed=0, options={"index": 0})
+        for text in messages:
+            infos = env.step({env.current_speaker: text})[4]
+        return {key: infos["alice"][key] for key in ("answer", "score", "score_ok", "score_error")}
+
+    def test_empty_last_answer_does_not_replace_an_answer(self) -> None:
+        gold = optima_envs.make("synth-hop-ia").task.source.get(0).gold
+        assert self._end([f"<A>{gold}</A>", "<A></A>"]) == {
+            "answer": gold, "score": 1.0, "score_ok": True, "score_error": None}
+
+    def test_only_empty_answers_score_zero(self) -> None:
+        assert self._end(["<A> </A>", "hi"]) == {
+            "answer": None, "score": 0.0, "score_ok": True, "score_error": None}
+
+    def test_scoring_failure_is_recorded(self) -> None:
+        env = optima_envs.make("synth-hop-ia")
+
+        def unscorable(answer: str, instance: Any) -> float:
+            raise ScoringError("token_f1: the gold answer is empty ('')")
+
+        failing = DialogueEnv(replace(env.task, metric=unscorable), max_turns=1)
+        failing.reset(seed=0)
+        infos = failing.step({"alice": "<A>x</A>"})[4]["alice"]
+        assert (infos["answer"], infos["score"], infos["score_ok"], infos["score_error"]) == (
+            "x", None, False, "ScoringError: token_f1: the gold answer is empty ('')")
 
 
 class TestScoreResult:

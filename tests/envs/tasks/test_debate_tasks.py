@@ -4,7 +4,8 @@ import pytest
 
 import optima_envs
 from optima_envs.test import play, scripted, share_evidence_then
-from tests.envs.env_kwargs import SHARED_DATA, env_kwargs
+from tests.envs.data.fixtures import FIXTURES
+from tests.envs.env_kwargs import env_kwargs
 
 DEBATE_IDS = ["gsm8k-debate", "math-debate", "arc-debate", "mmlu-debate"]
 
@@ -87,13 +88,13 @@ class TestGSM8K:
 class TestMATH:
     def test_symbolic_equivalence(self):
         env = make("math-debate")
-        index = index_of(env, "test/precalculus/807.json")  # gold \left( 3, \frac{\pi}{2} \right)
-        assert play_answer(env, "\\boxed{(3, \\pi/2)}", index)["score"] == 1.0
-        assert play_answer(env, "\\boxed{\\left(3,\\frac{\\pi}{2}\\right)}", index)["score"] == 1.0
-        assert play_answer(env, "\\boxed{(3, \\pi)}", index)["score"] == 0.0
+        index = index_of(env, "test/precalculus/514.json")  # gold \left( 5, \frac{\pi}{2} \right)
+        assert play_answer(env, "\\boxed{(5, \\pi/2)}", index)["score"] == 1.0
+        assert play_answer(env, "\\boxed{\\left(5,\\frac{\\pi}{2}\\right)}", index)["score"] == 1.0
+        assert play_answer(env, "\\boxed{(5, \\pi)}", index)["score"] == 0.0
 
     def test_last_balanced_box_is_the_answer(self):
-        env = optima_envs.make("math-debate", data_files=SHARED_DATA / "math/MATH_test_5000.jsonl")
+        env = optima_envs.make("math-debate", data_files=FIXTURES / "math/MATH_test_5000.jsonl")
         assert env.task.source.get(0).gold == "2"
         assert play_answer(env, "first \\boxed{3}, finally \\boxed{2}", 0)["score"] == 1.0
 
@@ -102,9 +103,9 @@ class TestChoiceTasks:
     def test_arc_options_listed_and_letter_or_text_accepted(self):
         env = make("arc-debate")
         prompt = env.reset(seed=0, options={"index": 0})[0]["alice"]["system_prompt"]
-        assert "(C) Planetary days will become shorter." in prompt and "e.g. <A>B</A>" in prompt
-        for answer, score in (("<A>C</A>", 1.0), ("<A>(C)</A>", 1.0), ("<A>Planetary days will become shorter.</A>", 1.0),
-                              ("<A>D</A>", 0.0)):
+        assert "(C) There is less friction on the wooden floor." in prompt and "e.g. <A>B</A>" in prompt
+        for answer, score in (("<A>C</A>", 1.0), ("<A>(C)</A>", 1.0),
+                              ("<A>There is less friction on the wooden floor.</A>", 1.0), ("<A>D</A>", 0.0)):
             assert play_answer(env, answer, 0)["score"] == score
 
     def test_mmlu_subject_and_choices(self):
@@ -115,14 +116,16 @@ class TestChoiceTasks:
         assert play_answer(env, f"<A>{instance.gold}</A>", 0)["score"] == 1.0
 
 
-# Oracle failures once found by benchmarks/oracle_scores.py (fixed in optima_envs.scoring):
-# a bare label read as an option's text, and LaTeX thousands separators in a MATH gold.
+# Oracle failures once found by benchmarks/oracle_scores.py on the real samples (fixed in
+# optima_envs.scoring), rebuilt in the fixtures: a bare label read as an option's text (an option
+# "c" or "C" or "~~C" that is not option C, the gold), and LaTeX thousands separators in a MATH gold
+# (\frac{1}{5,\!525}). tests/shared_data replays them on the real items.
 SCORING_REGRESSIONS = [
-    ("mmlu-debate", {"split": "validation"}, "college_physics_val-7"),
-    ("mmlu-debate", {"split": "test", "subjects": ["formal_logic"]}, "formal_logic_test-92"),
-    ("arc-debate", {}, "Mercury_402547"),
-    ("math-debate", {"subset": "full", "data_files": SHARED_DATA / "math/MATH_test_5000.jsonl", "data_dir": None},
-     "MATH_test_5000-1598"),
+    ("mmlu-debate", {"split": "validation"}, "college_physics_val-0"),
+    ("mmlu-debate", {"split": "test", "subjects": ["formal_logic"]}, "formal_logic_test-1"),
+    ("arc-debate", {}, "Mercury_SC_900412"),
+    ("math-debate", {"subset": "full", "data_files": FIXTURES / "math/MATH_test_5000.jsonl", "data_dir": None},
+     "MATH_test_5000-1"),
 ]
 
 

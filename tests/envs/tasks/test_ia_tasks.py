@@ -6,7 +6,8 @@ import pytest
 
 import optima_envs
 from optima_envs.test import play, scripted, share_evidence_then
-from tests.envs.env_kwargs import SHARED_DATA, env_kwargs
+from tests.envs.data.fixtures import FIXTURES
+from tests.envs.env_kwargs import env_kwargs
 
 IA_IDS = ["hotpotqa-ia", "2wikimqa-ia", "triviaqa-ia", "cbt-ia"]
 
@@ -60,10 +61,11 @@ class TestEveryIATask:
         assert not any(f"- {piece}" in alice["system_prompt"] for piece in set(bob["evidence"]) - set(alice["evidence"]))
         assert env.task.answer_format.split(">")[0] == "<A"
 
-    def test_agreement_needs_the_same_answer_twice_in_a_row(self, env_id):
+    def test_agreement_is_an_answer_repeating_the_last_answer_given(self, env_id):
+        # The reference rule: messages without an answer are skipped, an empty tag is no answer.
         env = make(env_id)
         env.reset(seed=0)
-        policy = scripted(["<A>x</A>", "<A>y</A>", "no answer here", "<A>y</A>", "<A>y</A>"])
+        policy = scripted(["<A>x</A>", "<A>y</A>", "no answer here", "<A></A>", "<A>y</A>", "<A>y</A>"])
         ends = []
         while env.agents:
             ends.append(env.step({env.current_speaker: policy({})})[4]["alice"].get("end_reason"))
@@ -108,12 +110,13 @@ class TestMultiHopSplit:
 class TestTriviaQA:
     def test_any_alias_scores_one(self):
         env = make("triviaqa-ia", split="train")
-        index = next(i for i in range(len(env.task.source)) if env.task.source.get(i).instance_id == "tc_1")
-        for alias in ("Harry Sinclair Lewis", "sinclair lewis", "Lewis, (Harry) Sinclair"):
+        index = next(i for i in range(len(env.task.source)) if env.task.source.get(i).instance_id == "qb_4412")
+        for alias in ("Sir Arthur Conan Doyle", "arthur conan doyle", "Doyle, Arthur Conan"):
             trace = play(env, {a: share_evidence_then(alias) for a in env.possible_agents}, seed=0,
                          options={"index": index})
             assert final_info(trace)["score"] == 1.0
-        trace = play(env, {a: share_evidence_then("Lewis") for a in env.possible_agents}, seed=0, options={"index": index})
+        trace = play(env, {a: share_evidence_then("Doyle") for a in env.possible_agents}, seed=0,
+                     options={"index": index})
         assert 0.0 < final_info(trace)["score"] < 1.0
 
     def test_snippets_are_dealt_alternately(self):
@@ -149,19 +152,19 @@ class TestCBT:
         assert env.state.evidence[0] not in (env.state.instance.evidence[:10], env.state.instance.evidence[10:])
 
     def test_candidates_and_instruction_in_prompt(self):
-        observations, _ = make("cbt-ia").reset(seed=0)
+        observations, _ = make("cbt-ia").reset(seed=0, options={"index": 0})
         prompt = observations["bob"]["system_prompt"]
-        assert "Candidates: birds, food, maiden, man, middle, place, sight, south, wash, wings" in prompt
+        assert "Candidates: basket, bread, cottage, forest, key, king, man, miller, river, sun" in prompt
         assert "give the chosen candidate word as <A>word</A>" in prompt and "XXXXX" in prompt
 
     @pytest.mark.parametrize("answer, score", [("man", 1.0), ("The man", 1.0), ("I think it is the man", 1.0),
-                                               ("maiden", 0.0), ("man or maiden", 0.0), ("woman", 0.0)])
+                                               ("miller", 0.0), ("man or miller", 0.0), ("woman", 0.0)])
     def test_word_scoring(self, answer, score):
-        env = make("cbt-ia")
-        trace = play(env, {a: share_evidence_then(answer) for a in env.possible_agents}, seed=0)
+        env = make("cbt-ia")  # story 0: gold "man"; "miller" is another candidate
+        trace = play(env, {a: share_evidence_then(answer) for a in env.possible_agents}, seed=0, options={"index": 0})
         assert final_info(trace)["score"] == score
 
     def test_named_entity_subset(self):
-        env = make("cbt-ia", data_dir=SHARED_DATA / "cbt/hf_datasets_dummy", subset="NE")
+        env = make("cbt-ia", data_dir=FIXTURES / "cbt", subset="NE")
         env.reset(seed=0)
-        assert env.state.instance.gold == "Keddah" and env.state.instance.meta["subset"] == "NE"
+        assert env.state.instance.gold == "Wenna" and env.state.instance.meta["subset"] == "NE"
