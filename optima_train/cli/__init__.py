@@ -8,6 +8,7 @@ from optima_agents.models.cli import models_app
 from optima_train.cli import demo as demo_cmd
 from optima_train.cli import envs as envs_cmd
 from optima_train.cli import eval as eval_cmd
+from optima_train.cli import leaderboard as leaderboard_cmd
 from optima_train.cli import rollout as rollout_cmd
 from optima_train.cli import train as train_cmd
 
@@ -19,6 +20,7 @@ app.command("rollout")(rollout_cmd.rollout)
 app.add_typer(models_app, name="models", help="Pull and list the embedded models.")
 app.add_typer(train_cmd.app, name="train")
 app.command("eval")(eval_cmd.evaluate)
+app.command("leaderboard")(leaderboard_cmd.leaderboard)
 
 
 def main() -> None:

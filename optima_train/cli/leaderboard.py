@@ -1,0 +1,93 @@
+"""`optima leaderboard`: the field's baselines and any model or checkpoint, score against tokens.
+
+    optima leaderboard --tasks synth-hop-ia --systems cot,sc,mad,autoform,mas --model smollm2-135m
+    optima leaderboard --tasks synth-hop-ia --systems sc,mas-sc --scaling 1,2,4,8
+    optima leaderboard --tasks hotpotqa-ia --systems mas --model base=smollm2-135m \\
+        --model synth-isft=runs/isft/synth_hop/iter_000/training/checkpoint     # transfer
+    optima leaderboard --tasks gsm8k-debate --systems cot --backend openai --base-url http://127.0.0.1:8000/v1 \\
+        --model served-name --set gsm8k-debate.split=test
+
+Every cell is cached under `--out`; an identical second call computes nothing, a killed call
+resumes. Writes a markdown table and a PNG per task, one table across tasks and a JSON index.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from optima_envs.errors import ConfigError, OptimaError
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _task_sets(items: list[str], tasks: list[str]) -> dict[str, dict[str, Any]]:
+    import yaml
+
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        task, dot, option = key.strip().rpartition(".")
+        if not eq or not dot or not task or not option:
+            raise ConfigError(f"--set takes TASK.option=value (e.g. gsm8k-debate.split=test), got {item!r}")
+        out.setdefault(task, {})[option] = yaml.safe_load(value)
+    return out
+
+
+def leaderboard(
+    tasks: str = typer.Option(..., "--tasks", help="Comma-separated env ids."),
+    systems: str = typer.Option("cot,sc,mad,autoform,mas", "--systems",
+                                help="Comma-separated systems; settings after colons: sc:k=4:temperature=0.5."),
+    model: list[str] = typer.Option(["smollm2-135m"], "--model", help="label=model or model (repeatable)."),
+    backend: str = typer.Option("hf", "--backend", help="hf, vllm or openai."),
+    base_url: list[str] = typer.Option([], "--base-url", help="OpenAI-compatible server URL (repeatable)."),
+    dtype: str = typer.Option("bfloat16", "--dtype", help="Model dtype (hf/vllm)."),
+    questions: int = typer.Option(200, "--questions", min=1, help="Held-out questions per task."),
+    seed: int = typer.Option(1_000_000, "--seed", help="Reset seed of question 0 (question i: seed+i)."),
+    first_index: int = typer.Option(0, "--first-index", min=0, help="Index of the first held-out instance."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1, help="Longest reply, in tokens."),
+    max_turns: int | None = typer.Option(None, "--max-turns", min=1, help="Dialogue turn limit (task default)."),
+    scaling: str = typer.Option("", "--scaling", help="ks for systems with k (sc, mas-sc), e.g. 1,2,4,8."),
+    task_set: list[str] = typer.Option([], "--set", help="Env option per task: TASK.option=value (repeatable)."),
+    out: Path = typer.Option(Path("benchmarks/results/leaderboard"), "--out", help="Cells and reports folder."),
+    chunk: int = typer.Option(50, "--chunk", min=1, help="Questions per resumable chunk."),
+    plan: bool = typer.Option(False, "--plan", help="List the cells (cached or to compute) and exit."),
+    progress: bool = typer.Option(False, "--progress/--no-progress"),
+) -> None:
+    """Compare systems x tasks x models: score against tokens per question, cached per cell."""
+    from optima_train.leaderboard import LeaderboardConfig, plan_cells, run_leaderboard, write_reports
+
+    console = Console(soft_wrap=True)
+    err = Console(stderr=True, soft_wrap=True)
+    task_list = _csv(tasks)
+    try:
+        config = LeaderboardConfig(
+            tasks=task_list, systems=_csv(systems), models=model, backend=backend, base_urls=base_url, dtype=dtype,
+            questions=questions, seed=seed, first_index=first_index, max_new_tokens=max_new_tokens,
+            max_turns=max_turns, env_kwargs=_task_sets(task_set, task_list),
+            scaling=[int(k) for k in _csv(scaling)], output_dir=str(out), chunk=chunk, progress=progress)
+        if plan:
+            for cell in plan_cells(config):
+                state = "cached" if cell.path(out).exists() else "to compute"
+                console.print(f"{cell.heldout.env_id} | {cell.system.name} {cell.system.settings()} | "
+                              f"{cell.model.label} | {state}", highlight=False)
+            return
+        run = run_leaderboard(config, log=lambda line: err.print(escape(line), highlight=False))
+    except ValueError as error:
+        err.print(f"[red]error:[/red] {escape(str(error))}")
+        raise typer.Exit(2) from None
+    except OptimaError as error:
+        err.print(f"[red]error:[/red] {escape(str(error))}")
+        raise typer.Exit(2) from None
+    command = "optima leaderboard " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    paths = write_reports(run.results, out, command=command)
+    console.print(f"[bold]cells[/]: {len(run.computed)} computed, {len(run.derived)} derived (scaling), "
+                  f"{len(run.cached)} cached; reports in {out} ({len(paths)} files)")

@@ -1,0 +1,183 @@
+"""Leaderboard cells: one system with its settings, one model on one backend, one task's
+held-out set. A cell's key hashes everything that changes its result, so a rerun finds it on
+disk and computes nothing; a killed run resumes inside a cell from its last finished chunk.
+
+Layout under the output folder:
+
+    cells/<env id>/<system>/<model label>-<key>.json        a finished cell (summary + outcomes)
+    cells/<env id>/<system>/<model label>-<key>.partial.jsonl  outcomes of finished chunks
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from optima_agents.systems import Outcome, System
+from optima_train.evaluation import Interval, bootstrap_interval
+from optima_train.run_dir import atomic_write_json, atomic_write_text
+
+__all__ = ["Cell", "CellResult", "HeldOut", "ModelSpec", "summarize_outcomes"]
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A task's held-out set: `count` questions from `first_index`, evidence dealt by `seed + i`."""
+
+    env_id: str
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    count: int = 200
+    seed: int = 0
+    first_index: int = 0
+
+    def describe(self) -> dict[str, Any]:
+        import optima_envs
+
+        return {"env_id": self.env_id, "env_version": optima_envs.spec(self.env_id).version,
+                "env_kwargs": {k: str(v) for k, v in sorted(self.env_kwargs.items())},
+                "count": self.count, "seed": self.seed, "first_index": self.first_index}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model on a backend. `label` names it on the board (e.g. "smollm2-135m" or
+    "isft-iter0"); `model` is a registry name, a folder or a hub id (or a served name for the
+    openai backend)."""
+
+    label: str
+    model: str
+    backend: str = "hf"
+    dtype: str = "bfloat16"
+    backend_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies the weights: for a local folder, its path and the size and
+        modification time of every weight and config file (a retrained checkpoint at the same
+        path is a new model); otherwise the name as given."""
+        out: dict[str, Any] = {"model": self.model, "backend": self.backend, "dtype": self.dtype,
+                               "backend_kwargs": {k: str(v) for k, v in sorted(self.backend_kwargs.items())}}
+        if self.backend == "openai":
+            return out
+        from optima_agents.models import resolve_model
+
+        path = Path(resolve_model(self.model))
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".json", ".bin"))
+            out["files"] = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+            out["path"] = str(path.resolve())
+        return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One leaderboard cell (see the module doc)."""
+
+    heldout: HeldOut
+    system: System
+    model: ModelSpec
+    max_new_tokens: int = 128
+
+    def identity(self) -> dict[str, Any]:
+        return {"system": self.system.name, "settings": self.system.settings(), "model": self.model.fingerprint(),
+                "heldout": self.heldout.describe(), "max_new_tokens": self.max_new_tokens}
+
+    def key(self) -> str:
+        text = json.dumps(self.identity(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+    def path(self, root: Path) -> Path:
+        label = re.sub(r"[^A-Za-z0-9._-]+", "_", self.model.label)
+        return Path(root) / "cells" / self.heldout.env_id / self.system.name / f"{label}-{self.key()}.json"
+
+    def partial_path(self, root: Path) -> Path:
+        return self.path(root).with_suffix(".partial.jsonl")
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """A finished cell as stored: what it is, its summary, and every question's outcome."""
+
+    description: Mapping[str, Any]
+    summary: Mapping[str, Any]
+    outcomes: tuple[Outcome, ...]
+    path: Path
+
+    @property
+    def score(self) -> Interval:
+        return Interval(**self.summary["score"])
+
+    @property
+    def tokens(self) -> Interval:
+        return Interval(**self.summary["tokens"])
+
+
+def summarize_outcomes(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """Mean score over scored questions and mean tokens per question over questions that ran,
+    each with a 95% bootstrap interval; infra and scoring failures counted apart."""
+    ran = [o for o in outcomes if not o.infra_failure]
+    scored = [o for o in ran if o.scored]
+    return {
+        "score": bootstrap_interval([o.score for o in scored]).__dict__,
+        "tokens": bootstrap_interval([o.tokens for o in ran]).__dict__,
+        "questions": len(outcomes), "scored": len(scored),
+        "infra_failures": len(outcomes) - len(ran), "scoring_failures": len(ran) - len(scored),
+    }
+
+
+def read_partial(path: Path) -> dict[int, Outcome]:
+    """Outcomes of finished chunks; a line cut off by a kill is ignored (its chunk reruns)."""
+    done: dict[int, Outcome] = {}
+    if not path.exists():
+        return done
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            outcome = Outcome.from_dict(json.loads(line))
+        except (json.JSONDecodeError, TypeError, KeyError):
+            break
+        done[outcome.position] = outcome
+    return done
+
+
+def append_partial(path: Path, outcomes: Sequence[Outcome]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write("".join(json.dumps(o.to_dict()) + "\n" for o in outcomes))
+        f.flush()
+
+
+def write_cell(cell: Cell, root: Path, outcomes: Sequence[Outcome], *, seconds: float,
+               derived_from: str | None = None) -> CellResult:
+    """Store a finished cell atomically and drop its partial file."""
+    ordered = tuple(sorted(outcomes, key=lambda o: o.position))
+    description = {**cell.identity(), "key": cell.key(), "label": cell.model.label,
+                   "system_spec": system_spec(cell.system), "seconds": round(seconds, 1),
+                   "derived_from": derived_from, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    summary = summarize_outcomes(ordered)
+    path = cell.path(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, {"cell": description, "summary": summary, "outcomes": [o.to_dict() for o in ordered]})
+    cell.partial_path(root).unlink(missing_ok=True)
+    return CellResult(description, summary, ordered, path)
+
+
+def read_cell(path: Path) -> CellResult:
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return CellResult(data["cell"], data["summary"], tuple(Outcome.from_dict(o) for o in data["outcomes"]), Path(path))
+
+
+def system_spec(system: System) -> str:
+    """`name` plus the settings that differ from the defaults (`sc:k=4`), for tables."""
+    import dataclasses
+
+    default = type(system)()
+    changed = [f"{f.name}={getattr(system, f.name)}" for f in dataclasses.fields(system)
+               if getattr(system, f.name) != getattr(default, f.name)]
+    return ":".join([system.name, *changed])
+
+
+__all__ += ["append_partial", "read_cell", "read_partial", "system_spec", "write_cell", "atomic_write_text"]

@@ -1,0 +1,173 @@
+"""Leaderboard reports from finished cells: a markdown table per task, one across tasks, a JSON
+index, and a PNG per task of score against tokens per question (95% intervals on both axes,
+the Pareto front, and one curve per system whose k varies: inference-time scaling)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from optima_train.leaderboard.cells import CellResult
+from optima_train.run_dir import atomic_write_json, atomic_write_text
+
+__all__ = ["Row", "pareto_front", "rows_of", "write_reports"]
+
+
+class Row:
+    """One cell as a board row."""
+
+    def __init__(self, result: CellResult):
+        d = result.description
+        self.result = result
+        self.task = d["heldout"]["env_id"]
+        self.system = d["system_spec"]
+        self.system_name = d["system"]
+        self.k = d["settings"].get("k")
+        self.model = d["label"]
+        self.score = result.score
+        self.tokens = result.tokens
+        self.summary = result.summary
+
+    @property
+    def family(self) -> str:
+        """The system without its k, so the ks of one system form one scaling curve."""
+        parts = [p for p in self.system.split(":") if not p.startswith("k=")]
+        return ":".join(parts) + f" / {self.model}"
+
+
+def rows_of(results: Sequence[CellResult]) -> list[Row]:
+    return [Row(r) for r in results]
+
+
+def pareto_front(rows: Sequence[Row]) -> set[int]:
+    """Indices of the rows no other row beats: at least as good a score for at most as many
+    tokens, strictly better in one. Rows without a score are never on it."""
+    valid = [i for i, r in enumerate(rows) if not math.isnan(r.score.mean) and not math.isnan(r.tokens.mean)]
+    front = set()
+    for i in valid:
+        a = rows[i]
+        dominated = any(rows[j].score.mean >= a.score.mean and rows[j].tokens.mean <= a.tokens.mean
+                        and (rows[j].score.mean > a.score.mean or rows[j].tokens.mean < a.tokens.mean)
+                        for j in valid if j != i)
+        if not dominated:
+            front.add(i)
+    return front
+
+
+def _fmt(x: float, spec: str = ".3f") -> str:
+    return "n/a" if math.isnan(x) else format(x, spec)
+
+
+def task_table(rows: Sequence[Row]) -> str:
+    """Markdown rows for one task, best score first."""
+    front = pareto_front(rows)
+    order = sorted(range(len(rows)), key=lambda i: (-_nan0(rows[i].score.mean), _nan0(rows[i].tokens.mean)))
+    lines = ["| system | model | score [95% CI] | tokens / question [95% CI] | scored | infra failures | "
+             "scoring failures | Pareto |", "|---|---|---|---|---|---|---|---|"]
+    for i in order:
+        r = rows[i]
+        s = r.summary
+        lines.append(f"| {r.system} | {r.model} | {_fmt(r.score.mean)} [{_fmt(r.score.low)}, {_fmt(r.score.high)}] | "
+                     f"{_fmt(r.tokens.mean, '.1f')} [{_fmt(r.tokens.low, '.1f')}, {_fmt(r.tokens.high, '.1f')}] | "
+                     f"{s['scored']}/{s['questions']} | {s['infra_failures']} | {s['scoring_failures']} | "
+                     f"{'yes' if i in front else ''} |")
+    return "\n".join(lines)
+
+
+def _nan0(x: float) -> float:
+    return -1.0 if math.isnan(x) else x
+
+
+def cross_task_table(rows: Sequence[Row], tasks: Sequence[str]) -> str:
+    """One row per system and model, one column per task: `score / tokens`."""
+    cells: dict[tuple[str, str], dict[str, Row]] = defaultdict(dict)
+    for r in rows:
+        cells[r.system, r.model][r.task] = r
+    lines = ["| system | model | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+    for (system, model), by_task in sorted(cells.items()):
+        values = [f"{_fmt(by_task[t].score.mean)} / {_fmt(by_task[t].tokens.mean, '.0f')}" if t in by_task else ""
+                  for t in tasks]
+        lines.append(f"| {system} | {model} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def plot_task(rows: Sequence[Row], task: str, path: Path) -> None:
+    """Score against tokens per question for one task (see the module doc)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    families: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        families[r.family].append(r)
+    for family, members in sorted(families.items()):
+        members = sorted(members, key=lambda r: (r.k or 0))
+        xs = [r.tokens.mean for r in members]
+        ys = [r.score.mean for r in members]
+        xerr = [[max(0.0, r.tokens.mean - r.tokens.low) for r in members],
+                [max(0.0, r.tokens.high - r.tokens.mean) for r in members]]
+        yerr = [[max(0.0, r.score.mean - r.score.low) for r in members],
+                [max(0.0, r.score.high - r.score.mean) for r in members]]
+        line = "-" if len(members) > 1 else "none"
+        container = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt="o", linestyle=line, capsize=3, label=family)
+        if len(members) > 1:
+            for r in members:
+                ax.annotate(f"k={r.k}", (r.tokens.mean, r.score.mean), textcoords="offset points", xytext=(4, 4),
+                            fontsize=7, color=container[0].get_color())
+    front = sorted((rows[i] for i in pareto_front(rows)), key=lambda r: r.tokens.mean)
+    if front:
+        ax.step([r.tokens.mean for r in front], [r.score.mean for r in front], where="post", color="black",
+                linestyle=":", linewidth=1, label="Pareto front")
+    ax.set_xscale("log")
+    ax.set_xlabel("tokens per question (log scale)")
+    ax.set_ylabel("score")
+    ax.set_title(f"{task}: score against tokens (95% intervals)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, command: str = "") -> list[Path]:
+    """Write `leaderboard_<task>.md`, `plot_<task>.png`, `leaderboard.md` and `leaderboard.json`
+    into `output_dir`; returns the paths written."""
+    root = Path(output_dir)
+    rows = rows_of(results)
+    tasks = sorted({r.task for r in rows})
+    written = []
+    made_by = f"Made by: `{command}`\n\n" if command else ""
+    for task in tasks:
+        task_rows = [r for r in rows if r.task == task]
+        held = task_rows[0].result.description["heldout"]
+        header = (f"# Leaderboard: {task}\n\n{made_by}Held-out: {held['count']} questions from index "
+                  f"{held['first_index']}, evidence dealt by seed {held['seed']}+i, env v{held['env_version']}"
+                  f"{', ' + str(held['env_kwargs']) if held['env_kwargs'] else ''}. Score over scored questions; "
+                  "tokens are everything the model generated per question (all samples, rounds and turns). "
+                  "Infra and scoring failures are counted apart, never as wrong answers.\n\n")
+        path = root / f"leaderboard_{task}.md"
+        atomic_write_text(path, header + task_table(task_rows) + f"\n\n![{task}](plot_{task}.png)\n")
+        plot_task(task_rows, task, root / f"plot_{task}.png")
+        written += [path, root / f"plot_{task}.png"]
+    overview = (f"# Leaderboard across tasks\n\n{made_by}Each cell: score / tokens per question.\n\n"
+                + cross_task_table(rows, tasks) + "\n")
+    atomic_write_text(root / "leaderboard.md", overview)
+    index = [{"task": r.task, "system": r.system, "model": r.model, "score": r.result.summary["score"],
+              "tokens": r.result.summary["tokens"], "counts": {k: r.summary[k] for k in
+                                                               ("questions", "scored", "infra_failures",
+                                                                "scoring_failures")},
+              "cell": str(r.result.path.relative_to(root)) if r.result.path.is_relative_to(root) else str(r.result.path),
+              "key": r.result.description["key"]} for r in rows]
+    atomic_write_json(root / "leaderboard.json", {"command": command, "cells": index})
+    written += [root / "leaderboard.md", root / "leaderboard.json"]
+    return written
+
+
+def load_index(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))

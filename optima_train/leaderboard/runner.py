@@ -1,0 +1,253 @@
+"""Run a leaderboard: systems x tasks x models, every cell cached on disk.
+
+    from optima_train.leaderboard import LeaderboardConfig, run_leaderboard
+    results = run_leaderboard(LeaderboardConfig(tasks=["synth-hop-ia"], systems=["cot", "sc", "mas"],
+                                                models=["smollm2-135m"]))
+
+A cell found on disk is read, not recomputed, so a second identical call computes nothing; a
+cell interrupted half-way resumes from its last finished chunk of questions. One model is loaded
+at a time, only when one of its cells needs computing.
+
+**Inference-time scaling.** With `scaling=(1, 2, 4, 8)`, every system with a `k` setting (`sc`,
+`mas-sc`) is run once at the largest k and the smaller ks are read off its first k samples
+(`prefix_vote`): a sample's seed depends only on its position, so a k=2 run would draw exactly
+the first two samples of the k=8 run. Each k is then a cell like any other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from optima_agents.systems import System, SystemContext, heldout_questions, make_system
+from optima_agents.systems.base import prefix_vote
+from optima_envs.errors import ConfigError
+from optima_train.leaderboard.cells import (
+    Cell,
+    CellResult,
+    HeldOut,
+    ModelSpec,
+    append_partial,
+    read_cell,
+    read_partial,
+    write_cell,
+)
+
+__all__ = ["LeaderboardConfig", "LeaderboardRun", "parse_model", "plan_cells", "run_leaderboard"]
+
+PolicyFactory = Callable[[ModelSpec], Any]
+"""Builds the policy of a model (tests pass scripted ones); default: `build_policy` on its backend."""
+
+
+@dataclass
+class LeaderboardConfig:
+    """What to compare and on which questions.
+
+    tasks: env ids. systems: system specs (`cot`, `sc:k=4`, ...). models: `label=model` or a
+    model (its own label); a model is a registry name, a folder (e.g. a trained checkpoint: a
+    transfer cell is a checkpoint of one task on another task) or a hub id, or a served name on
+    the openai backend. env_kwargs: per task, extra `optima_envs.make` kwargs (e.g. data_dir).
+    """
+
+    tasks: Sequence[str]
+    systems: Sequence[str]
+    models: Sequence[str] = ("smollm2-135m",)
+    backend: str = "hf"
+    base_urls: Sequence[str] = ()
+    dtype: str = "bfloat16"
+    questions: int = 200
+    seed: int = 1_000_000  # the training loops' held-out seed, so `mas` cells match their evaluations
+    first_index: int = 0
+    max_new_tokens: int = 128
+    max_turns: int | None = None
+    env_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    scaling: Sequence[int] = ()
+    output_dir: str = "benchmarks/results/leaderboard"
+    chunk: int = 50
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        import optima_envs
+
+        if not self.tasks or not self.systems or not self.models:
+            raise ConfigError("a leaderboard needs at least one task, one system and one model")
+        known = optima_envs.list_envs()
+        unknown = [t for t in self.tasks if t not in known]
+        if unknown:
+            raise ConfigError(f"unknown task(s) {unknown}; registered: {sorted(known)}")
+        strangers = sorted(set(self.env_kwargs) - set(self.tasks))
+        if strangers:
+            raise ConfigError(f"env_kwargs for task(s) {strangers} that are not in tasks {list(self.tasks)}")
+        for name, value in (("questions", self.questions), ("max_new_tokens", self.max_new_tokens),
+                            ("chunk", self.chunk)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive int, got {value!r}")
+        if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.scaling):
+            raise ConfigError(f"scaling must list positive ints (e.g. 1,2,4,8), got {list(self.scaling)}")
+        if self.backend == "openai" and not self.base_urls:
+            raise ConfigError("backend 'openai' needs at least one base URL (--base-url http://host:port/v1)")
+        for spec in self.systems:
+            make_system(spec)
+
+    def task_kwargs(self, task: str) -> dict[str, Any]:
+        kwargs = dict(self.env_kwargs.get(task, {}))
+        if self.max_turns is not None:
+            kwargs["max_turns"] = self.max_turns
+        return kwargs
+
+    def model_specs(self) -> list[ModelSpec]:
+        backend_kwargs = {"base_urls": list(self.base_urls)} if self.backend == "openai" else {}
+        return [parse_model(m, backend=self.backend, dtype=self.dtype, backend_kwargs=backend_kwargs)
+                for m in self.models]
+
+
+def parse_model(text: str, **spec: Any) -> ModelSpec:
+    """`"label=model"` or `"model"` (labelled by its last path part)."""
+    label, eq, model = text.partition("=")
+    if not eq:
+        model, label = text, Path(text.rstrip("/")).name or text
+    if not model.strip() or not label.strip():
+        raise ConfigError(f"a model is 'label=model' or 'model', got {text!r}")
+    return ModelSpec(label=label.strip(), model=model.strip(), **spec)
+
+
+def _systems(config: LeaderboardConfig) -> list[System]:
+    """The configured systems, plus one per scaling k for each system with a `k` setting."""
+    out: list[System] = []
+    for spec in config.systems:
+        system = make_system(spec)
+        variants = [system]
+        if config.scaling and "k" in {f.name for f in dataclasses.fields(system)}:
+            variants = [system.with_settings(k=k) for k in sorted(set(config.scaling) | {system.k})]
+        out.extend(v for v in variants if v not in out)
+    return out
+
+
+def plan_cells(config: LeaderboardConfig) -> list[Cell]:
+    """Every cell of the board, grouped by model (so each model loads once)."""
+    systems = _systems(config)
+    cells = []
+    for model in config.model_specs():
+        for task in config.tasks:
+            heldout = HeldOut(task, config.task_kwargs(task), config.questions, config.seed, config.first_index)
+            cells.extend(Cell(heldout, system, model, config.max_new_tokens) for system in systems)
+    return cells
+
+
+@dataclass
+class LeaderboardRun:
+    """What a run did: every cell's result, and which were computed, derived or read from disk."""
+
+    results: list[CellResult] = field(default_factory=list)
+    computed: list[str] = field(default_factory=list)
+    derived: list[str] = field(default_factory=list)
+    cached: list[str] = field(default_factory=list)
+
+
+def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory | None = None,
+                    log: Callable[[str], None] = print) -> LeaderboardRun:
+    """Compute every missing cell (see the module doc); returns all cells' results."""
+    root = Path(config.output_dir)
+    run = LeaderboardRun()
+    questions: dict[str, list] = {}
+    cells = plan_cells(config)
+    for model, model_cells in _by_model(cells):
+        policy = None
+        try:
+            for cell in _largest_k_first(model_cells):
+                path = cell.path(root)
+                name = f"{cell.heldout.env_id} / {cell.system.name} {cell.system.settings()} / {model.label}"
+                if path.exists():
+                    run.results.append(read_cell(path))
+                    run.cached.append(name)
+                    continue
+                source = _prefix_source(cell, root)
+                if source is not None:
+                    k = cell.system.k  # type: ignore[attr-defined]
+                    outcomes = [prefix_vote(o, k) for o in source.outcomes]
+                    run.results.append(write_cell(cell, root, outcomes, seconds=0.0,
+                                                  derived_from=source.description["key"]))
+                    run.derived.append(name)
+                    continue
+                if policy is None:
+                    policy = (policy_factory or _default_policy)(model)
+                h = cell.heldout
+                where = json.dumps(h.describe(), sort_keys=True)
+                if where not in questions:
+                    questions[where] = heldout_questions(h.env_id, h.env_kwargs, count=h.count, seed=h.seed,
+                                                         first_index=h.first_index)
+                log(f"computing {name}")
+                run.results.append(_compute(cell, root, questions[where], policy, config))
+                run.computed.append(name)
+        finally:
+            close = getattr(policy, "close", None)
+            if callable(close):
+                close()
+    return run
+
+
+def _compute(cell: Cell, root: Path, questions: list, policy: Any, config: LeaderboardConfig) -> CellResult:
+    """Run one cell chunk by chunk, appending each finished chunk to its partial file."""
+    done = read_partial(cell.partial_path(root))
+    start = time.perf_counter()
+    todo = [q for q in questions if q.position not in done]
+    for first in range(0, len(todo), config.chunk):
+        chunk = todo[first:first + config.chunk]
+        context = SystemContext(cell.heldout.env_id, cell.heldout.env_kwargs, chunk, policy,
+                                max_new_tokens=cell.max_new_tokens, progress=config.progress)
+        outcomes = cell.system.run(context)
+        if [o.position for o in outcomes] != [q.position for q in chunk]:
+            raise RuntimeError(f"system {cell.system.name!r} returned outcomes for positions "
+                               f"{[o.position for o in outcomes]}, expected {[q.position for q in chunk]}")
+        append_partial(cell.partial_path(root), outcomes)
+        done.update((o.position, o) for o in outcomes)
+    return write_cell(cell, root, list(done.values()), seconds=time.perf_counter() - start)
+
+
+def _prefix_source(cell: Cell, root: Path) -> CellResult | None:
+    """A finished cell of the same system with a larger k and otherwise the same settings."""
+    system = cell.system
+    if "k" not in {f.name for f in dataclasses.fields(system)}:
+        return None
+    folder = cell.path(root).parent
+    if not folder.is_dir():
+        return None
+    best = None
+    for path in sorted(folder.glob("*.json")):
+        result = read_cell(path)
+        other = result.description
+        settings = dict(other["settings"])
+        if settings.get("k", 0) <= system.k:  # type: ignore[attr-defined]
+            continue
+        if {**settings, "k": system.k} != system.settings() or other["model"] != cell.model.fingerprint() \
+                or other["heldout"] != cell.heldout.describe() or other["max_new_tokens"] != cell.max_new_tokens:
+            continue
+        if best is None or settings["k"] < best.description["settings"]["k"]:
+            best = result
+    return best
+
+
+def _largest_k_first(cells: Sequence[Cell]) -> list[Cell]:
+    return sorted(cells, key=lambda c: -getattr(c.system, "k", 0))
+
+
+def _by_model(cells: Sequence[Cell]) -> Iterator[tuple[ModelSpec, list[Cell]]]:
+    seen: dict[tuple[str, str], list[Cell]] = {}
+    for cell in cells:
+        seen.setdefault((cell.model.label, cell.model.model), []).append(cell)
+    for group in seen.values():
+        yield group[0].model, group
+
+
+def _default_policy(model: ModelSpec) -> Any:
+    from optima_agents.models import resolve_model
+    from optima_agents.policies import SamplingParams
+    from optima_train.evaluation import build_policy
+
+    path = model.model if model.backend == "openai" else resolve_model(model.model)
+    return build_policy(model.backend, path, SamplingParams(), dtype=model.dtype,
+                        backend_kwargs=dict(model.backend_kwargs))

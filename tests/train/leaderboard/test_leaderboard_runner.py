@@ -1,0 +1,169 @@
+"""The leaderboard runner on a scripted model: cells cached and resumed, scaling read off the
+largest k, failures counted apart, reports written; and once on the real embedded model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optima_agents.policies.base import Action, SamplingParams
+from optima_envs.errors import ConfigError
+from optima_train.leaderboard import LeaderboardConfig, plan_cells, run_leaderboard, write_reports
+
+
+class Script:
+    """Answers the synth-hop gold for even seeds and a wrong city for odd ones; fails when asked."""
+
+    def __init__(self, gold, sampling=None, calls=None, fail_after=None):
+        self.gold, self.sampling = gold, sampling or SamplingParams()
+        self.calls = calls if calls is not None else []
+        self.fail_after = fail_after
+
+    def with_sampling(self, sampling):
+        return Script(self.gold, sampling, self.calls, self.fail_after)
+
+    def act(self, requests):
+        self.calls.append(len(requests))
+        if self.fail_after is not None and len(self.calls) > self.fail_after:
+            raise KeyboardInterrupt("killed")
+        out = []
+        for r in requests:
+            text = r.observation["system_prompt"] + " ".join(m["text"] for m in r.observation["transcript"])
+            gold = next(g for q, g in self.gold.items() if q in text)
+            out.append(Action(text=f"<A>{gold if (r.seed or 0) % 2 == 0 else 'Nowhere'}</A>", token_ids=(1, 2, 3)))
+        return out
+
+    def identity(self):
+        return {"backend": "scripted", "model": "script", "sampling": self.sampling.to_dict()}
+
+
+@pytest.fixture
+def gold():
+    from optima_agents.systems import heldout_questions
+
+    return {q.instance.question: q.instance.gold_text
+            for q in heldout_questions("synth-hop-ia", {}, count=6, seed=1_000_000)}
+
+
+def _config(tmp_path, **kwargs):
+    base = dict(tasks=["synth-hop-ia"], systems=["cot", "sc:k=4", "mas"], models=["tiny=smollm2-135m"],
+                questions=6, chunk=2, output_dir=str(tmp_path / "board"), max_new_tokens=16)
+    return LeaderboardConfig(**{**base, **kwargs})
+
+
+def _factory(gold, calls, fail_after=None):
+    return lambda model: Script(gold, calls=calls, fail_after=fail_after)
+
+
+@pytest.fixture(autouse=True)
+def no_model_files(monkeypatch, request):
+    """Scripted tests fingerprint the model by name only (no pull of the real model)."""
+    from optima_train.leaderboard import cells
+
+    if request.node.get_closest_marker("model") is None:
+        monkeypatch.setattr(cells.ModelSpec, "fingerprint",
+                            lambda self: {"model": self.model, "backend": self.backend})
+
+
+def test_second_run_computes_nothing(tmp_path, gold):
+    calls: list[int] = []
+    first = run_leaderboard(_config(tmp_path), policy_factory=_factory(gold, calls), log=lambda _: None)
+    assert len(first.computed) == 3 and not first.cached
+    made = len(calls)
+    second = run_leaderboard(_config(tmp_path), policy_factory=_factory(gold, calls), log=lambda _: None)
+    assert len(calls) == made and len(second.cached) == 3 and not second.computed
+    assert [r.summary for r in first.results] == [r.summary for r in second.results]
+
+
+def test_a_killed_run_resumes_from_its_last_chunk(tmp_path, gold):
+    calls: list[int] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_leaderboard(_config(tmp_path, systems=["cot"]), policy_factory=_factory(gold, calls, fail_after=2),
+                        log=lambda _: None)
+    partial = list((tmp_path / "board" / "cells").rglob("*.partial.jsonl"))
+    assert len(partial) == 1 and len(partial[0].read_text().splitlines()) == 4  # two chunks of two
+    resumed: list[int] = []
+    run = run_leaderboard(_config(tmp_path, systems=["cot"]), policy_factory=_factory(gold, resumed),
+                          log=lambda _: None)
+    assert resumed == [2] and run.results[0].summary["questions"] == 6
+    assert not list((tmp_path / "board" / "cells").rglob("*.partial.jsonl"))
+    fresh = run_leaderboard(_config(tmp_path / "fresh", systems=["cot"]), policy_factory=_factory(gold, []),
+                            log=lambda _: None)
+    assert [o.to_dict() for o in fresh.results[0].outcomes] == [o.to_dict() for o in run.results[0].outcomes]
+
+
+def test_scaling_reads_smaller_k_off_the_largest(tmp_path, gold):
+    calls: list[int] = []
+    run = run_leaderboard(_config(tmp_path, systems=["sc"], scaling=[1, 2, 4]),
+                          policy_factory=_factory(gold, calls), log=lambda _: None)
+    assert len(run.computed) == 1 and len(run.derived) == 3  # k=8 computed; 1, 2, 4 derived
+    by_k = {r.description["settings"]["k"]: r for r in run.results}
+    assert set(by_k) == {1, 2, 4, 8}
+    assert all(len(o.samples) == 0 or len(o.samples) == 8 for o in by_k[8].outcomes)
+    direct = run_leaderboard(_config(tmp_path / "direct", systems=["sc:k=2"]), policy_factory=_factory(gold, []),
+                             log=lambda _: None)
+    assert direct.results[0].summary == by_k[2].summary
+    assert by_k[2].summary["tokens"]["mean"] == 2 * 3
+
+
+def test_reports(tmp_path, gold):
+    run = run_leaderboard(_config(tmp_path, systems=["cot", "sc:k=2", "mas"], scaling=[1, 2]),
+                          policy_factory=_factory(gold, []), log=lambda _: None)
+    paths = write_reports(run.results, tmp_path / "board", command="optima leaderboard ...")
+    names = {p.name for p in paths}
+    assert {"leaderboard_synth-hop-ia.md", "plot_synth-hop-ia.png", "leaderboard.md", "leaderboard.json"} <= names
+    table = (tmp_path / "board" / "leaderboard_synth-hop-ia.md").read_text()
+    assert "| cot | tiny |" in table and "| sc:k=2 | tiny |" in table and "Pareto" in table
+    assert (tmp_path / "board" / "plot_synth-hop-ia.png").read_bytes()[:4] == b"\x89PNG"
+    index = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
+    assert len(index["cells"]) == len(run.results) and index["command"] == "optima leaderboard ..."
+
+
+def test_infra_failures_are_counted_apart(tmp_path, gold):
+    class Down(Script):
+        def with_sampling(self, sampling):
+            return self
+
+        def act(self, requests):
+            return [Action(text="", finish_reason="error", error="HTTP 503") for _ in requests]
+
+    run = run_leaderboard(_config(tmp_path, systems=["cot"]), policy_factory=lambda m: Down(gold),
+                          log=lambda _: None)
+    summary = run.results[0].summary
+    assert summary["infra_failures"] == 6 and summary["scored"] == 0 and summary["score"]["n"] == 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"tasks": ["nope-ia"]}, "unknown task(s) ['nope-ia']"),
+    ({"systems": ["sc:k=0"]}, "k must be a positive int"),
+    ({"backend": "openai"}, "needs at least one base URL"),
+    ({"env_kwargs": {"gsm8k-debate": {"split": "test"}}}, "env_kwargs for task(s) ['gsm8k-debate']"),
+    ({"scaling": [0]}, "scaling must list positive ints"),
+])
+def test_bad_configs(tmp_path, kwargs, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        _config(tmp_path, **kwargs)
+
+
+def test_plan_lists_every_cell(tmp_path):
+    cells = plan_cells(_config(tmp_path, tasks=["synth-hop-ia", "synth-arith-debate"], scaling=[1, 2]))
+    assert len(cells) == 2 * (1 + 3 + 1)  # cot, sc at k=1, 2, 4, mas; per task
+
+
+@pytest.mark.model
+def test_the_command_on_the_embedded_model(tmp_path, embedded_model_dir):
+    from typer.testing import CliRunner
+
+    from optima_train.cli import app
+
+    args = ["leaderboard", "--tasks", "synth-hop-ia", "--systems", "cot,mas", "--questions", "2",
+            "--max-new-tokens", "8", "--max-turns", "2", "--out", str(tmp_path / "board")]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "2 computed, 0 derived (scaling), 0 cached" in first.output
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0 and "0 computed, 0 derived (scaling), 2 cached" in second.output
+    board = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
+    assert {c["system"] for c in board["cells"]} == {"cot", "mas"}
+    assert all(c["counts"]["questions"] == 2 and c["tokens"]["mean"] > 0 for c in board["cells"])
