@@ -128,7 +128,7 @@ class TestTokenIdConsistency:
     """The ids stored for each assistant turn reappear verbatim in that agent's later prompts."""
 
     TRICKY = ["\n\nI know: Zoravi was founded by Kelo.  ", "  12,345 and 6.7% -- ok?\n", "é中😀 <A>Kelo</A>",
-              "Table:\n| a | b |\n|---|---|", "  ", "<A>Kelo</A>", "\tTabs\tand  double  spaces ."]
+              "Table:\n| a | b |\n|---|---|", "  ", "<A>Zoravi</A>", "\tTabs\tand  double  spaces ."]
 
     def test_cleaned_replies_survive_retokenisation_turn_after_turn(self, smollm_tokenizer):
         tok = smollm_tokenizer
