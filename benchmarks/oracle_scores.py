@@ -16,6 +16,7 @@ Writes benchmarks/results/oracle_scores.json.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -29,7 +30,8 @@ try:
 except ImportError:  # run as a script from the benchmarks folder
     from _results import write_result
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+# The offline samples: $OPTIMA_SHARED_DATA, else the shared folder beside the repository.
+SHARED = Path(os.environ.get("OPTIMA_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 TRIVIA = SHARED / "triviaqa" / "hf_datasets_dummy_rc"
 
 # (label, env id, task kwargs): every offline file, in each format it comes in.
