@@ -9,7 +9,7 @@ cell interrupted half-way resumes from its last finished chunk of questions. One
 at a time, only when one of its cells needs computing.
 
 **Inference-time scaling.** With `scaling=(1, 2, 4, 8)`, every system with a `k` setting (`sc`,
-`mas-sc`) is run once at the largest k and the smaller ks are read off its first k samples
+`mas-sc`) is run once at its own k and the smaller ks of the list are read off its first samples
 (`prefix_vote`): a sample's seed depends only on its position, so a k=2 run would draw exactly
 the first two samples of the k=8 run. Each k is then a cell like any other.
 """
@@ -116,13 +116,15 @@ def parse_model(text: str, **spec: Any) -> ModelSpec:
 
 
 def _systems(config: LeaderboardConfig) -> list[System]:
-    """The configured systems, plus one per scaling k for each system with a `k` setting."""
+    """The configured systems, plus, for each system with a `k` setting, one per scaling k up
+    to its own k (`sc` at k=8 with scaling 1,2,4,8 gives k = 1, 2, 4, 8; `mas-sc:k=4` gives 1, 2, 4)."""
     out: list[System] = []
     for spec in config.systems:
         system = make_system(spec)
         variants = [system]
         if config.scaling and "k" in {f.name for f in dataclasses.fields(system)}:
-            variants = [system.with_settings(k=k) for k in sorted(set(config.scaling) | {system.k})]
+            ks = {k for k in config.scaling if k <= system.k} | {system.k}
+            variants = [system.with_settings(k=k) for k in sorted(ks)]
         out.extend(v for v in variants if v not in out)
     return out
 

@@ -95,7 +95,7 @@ def test_a_killed_run_resumes_from_its_last_chunk(tmp_path, gold):
 
 def test_scaling_reads_smaller_k_off_the_largest(tmp_path, gold):
     calls: list[int] = []
-    run = run_leaderboard(_config(tmp_path, systems=["sc"], scaling=[1, 2, 4]),
+    run = run_leaderboard(_config(tmp_path, systems=["sc"], scaling=[1, 2, 4, 8]),
                           policy_factory=_factory(gold, calls), log=lambda _: None)
     assert len(run.computed) == 1 and len(run.derived) == 3  # k=8 computed; 1, 2, 4 derived
     by_k = {r.description["settings"]["k"]: r for r in run.results}
@@ -147,8 +147,10 @@ def test_bad_configs(tmp_path, kwargs, message):
 
 
 def test_plan_lists_every_cell(tmp_path):
-    cells = plan_cells(_config(tmp_path, tasks=["synth-hop-ia", "synth-arith-debate"], scaling=[1, 2]))
-    assert len(cells) == 2 * (1 + 3 + 1)  # cot, sc at k=1, 2, 4, mas; per task
+    cells = plan_cells(_config(tmp_path, tasks=["synth-hop-ia", "synth-arith-debate"], scaling=[1, 2, 8]))
+    assert len(cells) == 2 * (1 + 3 + 1)  # cot, sc at k=1, 2, 4 (8 is above its own k), mas; per task
+    ks = sorted(c.system.k for c in cells if c.system.name == "sc" and c.heldout.env_id == "synth-hop-ia")
+    assert ks == [1, 2, 4]
 
 
 @pytest.mark.model
