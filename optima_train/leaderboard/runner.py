@@ -219,18 +219,25 @@ def _prefix_source(cell: Cell, root: Path) -> CellResult | None:
     if not folder.is_dir():
         return None
     best = None
+    wanted = _as_stored(cell.identity())
     for path in sorted(folder.glob("*.json")):
         result = read_cell(path)
         other = result.description
         settings = dict(other["settings"])
         if settings.get("k", 0) <= system.k:  # type: ignore[attr-defined]
             continue
-        if {**settings, "k": system.k} != system.settings() or other["model"] != cell.model.fingerprint() \
-                or other["heldout"] != cell.heldout.describe() or other["max_new_tokens"] != cell.max_new_tokens:
+        same_but_k = {key: other[key] for key in wanted}
+        same_but_k["settings"] = {**settings, "k": system.k}  # type: ignore[attr-defined]
+        if same_but_k != wanted:
             continue
         if best is None or settings["k"] < best.description["settings"]["k"]:
             best = result
     return best
+
+
+def _as_stored(data: Any) -> Any:
+    """`data` as it reads back from a cell's JSON (tuples become lists)."""
+    return json.loads(json.dumps(data, default=str))
 
 
 def _largest_k_first(cells: Sequence[Cell]) -> list[Cell]:

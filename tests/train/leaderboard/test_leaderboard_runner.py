@@ -62,8 +62,8 @@ def no_model_files(monkeypatch, request):
     from optima_train.leaderboard import cells
 
     if request.node.get_closest_marker("model") is None:
-        monkeypatch.setattr(cells.ModelSpec, "fingerprint",
-                            lambda self: {"model": self.model, "backend": self.backend})
+        monkeypatch.setattr(cells.ModelSpec, "fingerprint",  # tuples, as real file lists have
+                            lambda self: {"model": self.model, "backend": self.backend, "files": [("w", 1, 2)]})
 
 
 def test_second_run_computes_nothing(tmp_path, gold):
