@@ -83,14 +83,14 @@ class IterativeTrainer:
         return self.config.task.train_first_index
 
     # ------------------------------------------------------------------ checks
-    def check_resources(self) -> None:
-        """Fail fast, before any work: the env and its data, the models.
+    def check_data(self, *, load: bool = False) -> None:
+        """The env id, its options and its data: every env the run uses is built, which finds
+        local data files (`load`: and reset once, which reads them, or downloads hub data).
 
         Raises:
-            ConfigError: an unknown env id, bad env kwargs or missing data, or a missing model.
+            ConfigError: an unknown env id, bad env kwargs, or missing data.
         """
         import optima_envs
-        from optima_agents.models import ModelNotFoundError, resolve_model
         from optima_envs.errors import OptimaError
 
         cfg = self.config
@@ -99,11 +99,23 @@ class IterativeTrainer:
         for what, kwargs, index in checks:
             try:
                 env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(kwargs))
-                env.reset(seed=0, options={"index": index})
+                if load:
+                    env.reset(seed=0, options={"index": index})
                 if self.NEEDS_SNAPSHOT and not callable(getattr(env, "snapshot", None)):
                     raise ConfigError(f"env {cfg.task.env_id!r} has no snapshot()/restore(); MCTS cannot search it")
             except OptimaError as error:
                 raise ConfigError(f"task.env_id={cfg.task.env_id!r} with {what}={kwargs}: {error}") from None
+
+    def check_resources(self) -> None:
+        """Fail fast, before any work: the env and its data (read once), the models.
+
+        Raises:
+            ConfigError: an unknown env id, bad env kwargs or missing data, or a missing model.
+        """
+        from optima_agents.models import ModelNotFoundError, resolve_model
+
+        cfg = self.config
+        self.check_data(load=True)
         for name, value in (("model.name", cfg.model.name), ("model.reference", cfg.model.reference)):
             if value is None:
                 continue

@@ -75,8 +75,8 @@ class Action:
     """What a policy said: the text, the token ids that produced it, and why it stopped.
 
     `finish_reason == "error"` marks an infrastructure failure (connection refused, 5xx, 429,
-    timeout after retries): `error` says what happened, and the episode is flagged, never
-    scored as a wrong answer.
+    timeout, a malformed reply, after retries): `error` says what happened, and the episode is
+    flagged, never scored as a wrong answer.
     """
 
     text: str

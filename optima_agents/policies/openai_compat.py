@@ -4,13 +4,17 @@ Each request becomes one `POST {base_url}/chat/completions` with the agent's cha
 (`chat.chat_messages`, the same view every backend uses; the server applies the model's chat
 template). Requests of one `act` call run concurrently on a thread pool and are spread over
 the base URLs by least in-flight requests (ties: round robin), so several replicas share the
-work and the server's own batching sees many requests at once.
+work and the server's own batching sees many requests at once. A URL that refuses connections
+is marked down and probed again with backoff (`routing.ReplicaRouter`); `dead_urls` and
+`url_stats()` report it, and a warning is logged on the `optima_agents.policies` logger.
 
 Failures are infrastructure, never answers: connection errors, timeouts, HTTP 408/429/5xx
-and malformed replies are retried with exponential backoff (honouring `Retry-After`, and moving
-to another base URL when there is one); after `max_retries` the request becomes
+and malformed replies (invalid JSON, or valid JSON with a missing or wrong-typed field, see
+`openai_reply.parse_reply`) are retried with exponential backoff (honouring `Retry-After`, and
+moving to another base URL when there is one); after `max_retries` the request becomes
 `Action(finish_reason="error", error=...)`, which the rollout engine records as an infra
-failure (no score). Other 4xx answers (a bad request, an unknown model) are not retried.
+failure of that episode (no score). Other 4xx answers (a bad request, an unknown model) are not
+retried. `act` itself never raises for what a server sent, so one bad reply costs one turn.
 
 Token ids: requests set `"return_token_ids": true`; vLLM (0.32: `ChatCompletionResponseChoice
 .token_ids`, and `prompt_token_ids` on the response) then returns the generated ids, which go
@@ -25,29 +29,32 @@ its clients are thread-safe.
 
 from __future__ import annotations
 
-import itertools
 import random
 import secrets
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, chat_messages, clean_output, encode_text
 from optima_agents.policies.base import Action, SamplingParams, TurnRequest, row_seed
+from optima_agents.policies.openai_reply import ChatReply, MalformedReplyError, parse_reply
+from optima_agents.policies.routing import ReplicaRouter
 
 __all__ = ["OpenAIPolicy"]
 
 _RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 _MAX_RETRY_AFTER_S = 60.0
+_PROBE_TIMEOUT_S = 5.0
 
 
 class _Retryable(Exception):
-    """An attempt failed in a way worth retrying (connection, timeout, 429/5xx, bad body)."""
+    """An attempt failed in a way worth retrying (connection, timeout, 429/5xx, bad body);
+    `connection` is True when the server could not be reached at all."""
 
-    def __init__(self, message: str, retry_after_s: float | None = None):
+    def __init__(self, message: str, retry_after_s: float | None = None, *, connection: bool = False):
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.connection = connection
 
 
 class _Fatal(Exception):
@@ -73,6 +80,12 @@ class OpenAIPolicy:
             `"auto"` loads it when `model` resolves to a local folder or registry name, else None.
         chat_format (ChatFormat, *optional*): how transcripts become chat messages.
         extra_body (dict, *optional*): more JSON fields for every request.
+        probe_backoff_s (float, *optional*, defaults to 1): how long a base URL that refused a
+            connection gets no requests before it is probed again; doubles after each failed
+            probe, up to 60 s.
+
+    Attributes:
+        dead_urls (list of str): the base URLs marked down now.
 
     Raises:
         ValueError: no base URLs, or a bad option value.
@@ -92,13 +105,14 @@ class OpenAIPolicy:
         tokenizer: Any = "auto",
         chat_format: ChatFormat = DEFAULT_CHAT_FORMAT,
         extra_body: Mapping[str, Any] | None = None,
+        probe_backoff_s: float = 1.0,
     ):
         if isinstance(base_urls, str) or not base_urls:
             raise ValueError(f"OpenAIPolicy needs a non-empty list of base_urls, got {base_urls!r}")
-        if timeout_s <= 0 or max_retries < 0 or backoff_s < 0 or concurrency < 1:
+        if timeout_s <= 0 or max_retries < 0 or backoff_s < 0 or concurrency < 1 or probe_backoff_s <= 0:
             raise ValueError(
-                f"OpenAIPolicy needs timeout_s > 0, max_retries >= 0, backoff_s >= 0 and concurrency >= 1; "
-                f"got {timeout_s}, {max_retries}, {backoff_s}, {concurrency}"
+                f"OpenAIPolicy needs timeout_s > 0, max_retries >= 0, backoff_s >= 0, concurrency >= 1 and "
+                f"probe_backoff_s > 0; got {timeout_s}, {max_retries}, {backoff_s}, {concurrency}, {probe_backoff_s}"
             )
         import httpx
 
@@ -117,9 +131,7 @@ class OpenAIPolicy:
         self._clients = [httpx.Client(base_url=u, headers=headers, timeout=httpx.Timeout(timeout_s), limits=limits)
                          for u in self.base_urls]
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai-policy")
-        self._lock = threading.Lock()
-        self._in_flight = [0] * len(self.base_urls)
-        self._turn = itertools.count()
+        self._router = ReplicaRouter(self.base_urls, self._probe, probe_backoff_s=probe_backoff_s)
         self._calls = 0
         self._rng = random.Random(secrets.randbits(64))
 
@@ -131,6 +143,15 @@ class OpenAIPolicy:
         self._calls += 1
         seeds = [row_seed(self.sampling.seed, r.seed, self._calls, i) for i, r in enumerate(requests)]
         return list(self._pool.map(self._one, requests, seeds))
+
+    @property
+    def dead_urls(self) -> list[str]:
+        """The base URLs marked down now (they refused connections; probed again with backoff)."""
+        return self._router.dead_urls
+
+    def url_stats(self) -> list[dict[str, Any]]:
+        """Per base URL: state, attempts, successes, failures, connection failures, last error."""
+        return self._router.stats()
 
     def identity(self) -> dict[str, Any]:
         """Backend, served model, base URLs, sampling and chat format."""
@@ -188,21 +209,24 @@ class OpenAIPolicy:
         errors: list[str] = []
         avoid: int | None = None
         for attempt in range(self.max_retries + 1):
-            index = self._acquire(avoid)
+            index = self._router.acquire(avoid)
             url = self.base_urls[index]
             try:
-                data = self._post(index, body)
-                return self._to_action(data, seed, attempts=attempt + 1, url=url)
+                action = self._attempt(index, body, seed, attempts=attempt + 1)
+                self._router.record_success(index)
+                return action
             except _Fatal as exc:
                 errors.append(f"{url}: {exc}")
+                self._router.record_failure(index, str(exc), connection=False)
                 break
             except _Retryable as exc:
                 errors.append(f"{url}: {exc}")
+                self._router.record_failure(index, str(exc), connection=exc.connection)
                 avoid = index if len(self.base_urls) > 1 else None
                 if attempt < self.max_retries:
                     time.sleep(self._delay(attempt, exc.retry_after_s))
             finally:
-                self._release(index)
+                self._router.release(index)
         tries = len(errors)
         return Action(
             text="", finish_reason="error",
@@ -210,73 +234,77 @@ class OpenAIPolicy:
             meta={"attempts": tries, "seed": seed},
         )
 
-    def _post(self, index: int, body: Mapping[str, Any]) -> dict[str, Any]:
+    def _attempt(self, index: int, body: Mapping[str, Any], seed: int, *, attempts: int) -> Action:
+        """One POST and its reply as an Action; anything wrong with the reply is `_Retryable`."""
+        data, raw = self._post(index, body)
+        try:
+            reply = parse_reply(data)
+            return self._to_action(reply, seed, attempts=attempts, url=self.base_urls[index])
+        except MalformedReplyError as exc:
+            raise _Retryable(f"malformed response: {exc}: {raw[:200]!r}") from exc
+
+    def _post(self, index: int, body: Mapping[str, Any]) -> tuple[Any, str]:
+        """The reply's JSON and its text (for error messages)."""
         import httpx
 
         try:
             response = self._clients[index].post("/chat/completions", json=body)
+            text = response.text
         except httpx.TimeoutException as exc:
-            raise _Retryable(f"timed out after {self.timeout_s} s ({type(exc).__name__})") from exc
-        except httpx.TransportError as exc:
-            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+            raise _Retryable(f"timed out after {self.timeout_s} s ({type(exc).__name__})",
+                             connection=isinstance(exc, httpx.ConnectTimeout)) from exc
+        except httpx.RequestError as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc}", connection=isinstance(exc, httpx.ConnectError)) from exc
         if response.status_code in _RETRY_STATUS:
-            raise _Retryable(f"HTTP {response.status_code}: {response.text[:200]}",
+            raise _Retryable(f"HTTP {response.status_code}: {text[:200]}",
                              _retry_after(response.headers.get("retry-after")))
         if response.status_code >= 400:
-            raise _Fatal(f"HTTP {response.status_code}: {response.text[:300]}")
+            raise _Fatal(f"HTTP {response.status_code}: {text[:300]}")
         try:
-            data = response.json()
-            data["choices"][0]["message"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise _Retryable(f"malformed response ({type(exc).__name__}): {response.text[:200]!r}") from exc
-        return data
+            return response.json(), text
+        except ValueError as exc:
+            raise _Retryable(f"malformed response (not JSON: {exc}): {text[:200]!r}") from exc
 
-    def _to_action(self, data: Mapping[str, Any], seed: int, *, attempts: int, url: str) -> Action:
-        choice = data["choices"][0]
-        text = choice["message"].get("content") or ""
-        ids = choice.get("token_ids")
-        prompt_ids = data.get("prompt_token_ids")
-        usage = data.get("usage") or {}
-        prompt_tokens = len(prompt_ids) if prompt_ids else int(usage.get("prompt_tokens") or 0)
+    def _probe(self, index: int) -> bool:
+        """Whether a base URL answers HTTP at all (any status): used before a down URL gets traffic."""
+        import httpx
+
+        try:
+            self._clients[index].get("/models", timeout=min(self.timeout_s, _PROBE_TIMEOUT_S))
+        except httpx.RequestError:
+            return False
+        return True
+
+    def _to_action(self, reply: ChatReply, seed: int, *, attempts: int, url: str) -> Action:
+        ids = reply.token_ids
+        prompt_tokens = reply.prompt_token_count or 0
         meta: dict[str, Any] = {"seed": seed, "attempts": attempts, "base_url": url,
-                                "server_finish_reason": choice.get("finish_reason")}
+                                "server_finish_reason": reply.finish_reason}
         sp = self.sampling
         if ids is not None and self.tokenizer is not None:
+            vocab = len(self.tokenizer)
+            if any(i >= vocab for i in ids):
+                raise MalformedReplyError(f"choices[0].token_ids has ids beyond the tokenizer's {vocab} tokens: "
+                                          f"{max(ids)}")
             cleaned = clean_output(self.tokenizer, ids, max_new_tokens=sp.max_new_tokens, stop=sp.stop,
                                    stop_token_ids=_stop_ids(self.tokenizer))
-            meta.update(generated_tokens=cleaned.generated_tokens, reencoded=cleaned.reencoded, token_ids_source="server",
-                        raw_token_ids=tuple(int(i) for i in ids))
+            meta.update(generated_tokens=cleaned.generated_tokens, reencoded=cleaned.reencoded,
+                        token_ids_source="server", raw_token_ids=ids)
             return Action(text=cleaned.text, token_ids=cleaned.token_ids, finish_reason=cleaned.finish_reason,
                           prompt_tokens=prompt_tokens, meta=meta)
-        text = _cut_at_stop(text, sp.stop).strip()
-        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        text = _cut_at_stop(reply.text, sp.stop).strip()
+        finish = "length" if reply.finish_reason == "length" else "stop"
         if ids is not None:  # ids but no tokenizer: keep the server's ids as they are
-            ids = [int(i) for i in ids]
-            meta.update(generated_tokens=len(ids), token_ids_source="server", raw_token_ids=tuple(ids))
-            return Action(text=text, token_ids=tuple(ids), finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)
+            meta.update(generated_tokens=len(ids), token_ids_source="server", raw_token_ids=ids)
+            return Action(text=text, token_ids=ids, finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)
         if self.tokenizer is not None:
             token_ids = tuple(encode_text(self.tokenizer, text)) if text else ()
-            meta.update(generated_tokens=int(usage.get("completion_tokens") or len(token_ids)),
-                        token_ids_source="tokenizer")
+            meta.update(generated_tokens=reply.completion_tokens or len(token_ids), token_ids_source="tokenizer")
             return Action(text=text, token_ids=token_ids, finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)
-        meta.update(generated_tokens=int(usage.get("completion_tokens") or 0), token_ids_source="none")
+        meta.update(generated_tokens=reply.completion_tokens or 0, token_ids_source="none")
         return Action(text=text, finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)
 
-    # ------------------------------------------------------------------ routing, seeds, backoff
-    def _acquire(self, avoid: int | None) -> int:
-        """The base URL with the fewest requests in flight (round robin among ties), not `avoid`."""
-        with self._lock:
-            start = next(self._turn)
-            order = [(start + k) % len(self.base_urls) for k in range(len(self.base_urls))]
-            candidates = [i for i in order if i != avoid] or order
-            index = min(candidates, key=lambda i: self._in_flight[i])
-            self._in_flight[index] += 1
-            return index
-
-    def _release(self, index: int) -> None:
-        with self._lock:
-            self._in_flight[index] -= 1
-
+    # ------------------------------------------------------------------ seeds, backoff
     def _delay(self, attempt: int, retry_after_s: float | None) -> float:
         delay = self.backoff_s * (2**attempt) * (1 + 0.25 * self._rng.random())
         if retry_after_s is not None:

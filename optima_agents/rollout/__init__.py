@@ -3,6 +3,7 @@
 from optima_agents.rollout.engine import (
     EnvFactory,
     EpisodeSpec,
+    RecordHook,
     RolloutEngine,
     RolloutStats,
     derive_seed,
@@ -15,6 +16,7 @@ __all__ = [
     "EnvFactory",
     "EpisodeRecord",
     "EpisodeSpec",
+    "RecordHook",
     "RolloutEngine",
     "RolloutStats",
     "TurnRecord",

@@ -16,7 +16,10 @@ runs on backends with per-request seeds) repeat exactly.
 
 Failures: an `Action` with `finish_reason == "error"` (an infrastructure failure) stops that
 episode; its record has `infra_failure=True`, the error, no score, and the other episodes go
-on. An exception raised by a policy is a bug, not an infra failure, and propagates.
+on. So does an action the env rejects (`InvalidActionError`, e.g. token ids out of range): the
+backend produced something no model answer looks like. An exception raised by a policy is a
+bug, not an infra failure, and propagates; the episodes finished before it have already been
+handed to `run(on_record=...)`, so a caller can save them.
 """
 
 from __future__ import annotations
@@ -32,12 +35,16 @@ import numpy as np
 from optima_agents.policies.base import Action, Policy, TurnRequest
 from optima_agents.rollout.records import EpisodeRecord, TurnRecord
 from optima_envs.core.task import instance_gold_for_info
-from optima_envs.errors import ConfigError
+from optima_envs.errors import ConfigError, InvalidActionError
 
-__all__ = ["EnvFactory", "EpisodeSpec", "RolloutEngine", "RolloutStats", "derive_seed", "episode_specs", "rollout"]
+__all__ = ["EnvFactory", "EpisodeSpec", "RecordHook", "RolloutEngine", "RolloutStats", "derive_seed", "episode_specs",
+           "rollout"]
 
 EnvFactory = Callable[[], Any]
 """Builds a fresh env (e.g. `lambda: optima_envs.make("synth-hop-ia", max_turns=4)`)."""
+
+RecordHook = Callable[[EpisodeRecord], None]
+"""Called with each episode's record as soon as it finishes (in finishing order, not spec order)."""
 
 
 def derive_seed(*parts: int) -> int:
@@ -145,8 +152,11 @@ class RolloutEngine:
         self.progress = progress
         self.last_stats = RolloutStats()
 
-    def run(self, episodes: Sequence[EpisodeSpec] | int) -> list[EpisodeRecord]:
-        """Play every spec (an int n means `episode_specs(n)`); records come back in spec order."""
+    def run(self, episodes: Sequence[EpisodeSpec] | int, *, on_record: RecordHook | None = None) -> list[EpisodeRecord]:
+        """Play every spec (an int n means `episode_specs(n)`); records come back in spec order.
+
+        `on_record` sees each record as its episode finishes, so the finished ones can be kept
+        even when a policy raises and the run stops."""
         specs = episode_specs(episodes) if isinstance(episodes, int) else list(episodes)
         identities = {a: dict(p.identity()) for a, p in self.policies.items()}
         sampling = {a: p.sampling.to_dict() for a, p in self.policies.items()}
@@ -163,9 +173,11 @@ class RolloutEngine:
                 finished = self._step(live, stats)
                 for item, record in finished:
                     live.remove(item)
-                    results[item.position] = _with_policies(record, identities, sampling)
+                    record = results[item.position] = _with_policies(record, identities, sampling)
                     stats.episodes += 1
                     stats.infra_failures += record.infra_failure
+                    if on_record is not None:
+                        on_record(record)
                 stats.wall_s = time.perf_counter() - start
                 bar.update(len(finished), stats.tokens_per_s)
         return results  # type: ignore[return-value]
@@ -204,10 +216,13 @@ class RolloutEngine:
     def _apply(self, item: _Live, request: TurnRequest, action: Action, stats: RolloutStats) -> EpisodeRecord | None:
         env = self.env
         env.restore(item.snapshot)
+        where = f"turn {request.observation['turn']} ({request.agent})"
         if action.failed:
-            error = f"turn {request.observation['turn']} ({request.agent}): {action.error or 'policy error'}"
-            return _record(env, item, error=error)
-        observations, *_ = env.step({request.agent: action.to_env_action()})
+            return _record(env, item, error=f"{where}: {action.error or 'policy error'}")
+        try:
+            observations, *_ = env.step({request.agent: action.to_env_action()})
+        except InvalidActionError as error:
+            return _record(env, item, error=f"{where}: the env rejected the action: {error}")
         item.produced[request.observation["turn"]] = action
         item.snapshot, item.observations = env.snapshot(), observations
         stats.turns += 1

@@ -12,9 +12,11 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from optima_envs.core import render as render_lib
+from optima_envs.core.reset_args import check_options, check_seed
 from optima_envs.core.spaces import DialogueObservationSpace, MessageSpace
 from optima_envs.core.state import DialogueState, EnvSnapshot
 from optima_envs.core.task import Task, instance_gold_for_info
+from optima_envs.core.text import repair_text
 from optima_envs.core.tokens import make_token_counter, read_token_ids
 from optima_envs.core.types import Message
 from optima_envs.errors import (
@@ -37,7 +39,10 @@ class DialogueEnv(ParallelEnv):
     Agents speak round-robin, `alice` first. Every observation names the agent whose turn it is
     (`speaker`); `step` takes that agent's message and ignores the other entries (which may be
     omitted). What the agents know, how their answers are parsed and scored, and when the
-    dialogue ends come from the composed `Task`.
+    dialogue ends come from the composed `Task`. Any message text is accepted: text over
+    `max_message_chars` is cut (`message_truncated`), and text UTF-8 cannot encode (lone UTF-16
+    surrogates) is repaired, a split surrogate pair joined and a lone one replaced by U+FFFD
+    (`message_repaired`), so every recorded dialogue can be stored.
 
     ## Spaces
     Observation: `DialogueObservationSpace` (a dict: agent, role, question, evidence,
@@ -54,7 +59,9 @@ class DialogueEnv(ParallelEnv):
     `reset(seed=..., options=...)` picks an instance (`options["index"]`, or drawn from the
     env's private RNG), deals the evidence with the same RNG and writes each system prompt.
     `options["format_instruction"]` adds a format instruction: a string, an index into the
-    format pool, or "sample" for one drawn from the RNG.
+    format pool, or "sample" for one drawn from the RNG; `options["instance"]` plays a given
+    `TaskInstance`. `seed` is a non-negative int or None; any other seed, options that are not a
+    dict, or an unknown key raise `ConfigError` listing what is accepted (`RESET_OPTIONS`).
 
     ## Episode End
     Termination when the task's rule fires (`end_reason`, e.g. "agreed"); truncation at
@@ -63,7 +70,7 @@ class DialogueEnv(ParallelEnv):
     ## Infos
     Each step, for every agent: `turn`, `speaker`, `message_tokens`, `tokens_exact`,
     `agent_tokens` (this agent's running total), `total_tokens`, `message_truncated`,
-    `message_answer`. At the end also: `end_reason`, `score`, `score_ok`, `score_error`,
+    `message_repaired`, `message_answer`. At the end also: `end_reason`, `score`, `score_ok`, `score_error`,
     `tokens` (the dialogue total), `answer`, `gold`. No wall-clock values.
 
     ## Arguments
@@ -129,9 +136,10 @@ class DialogueEnv(ParallelEnv):
 
     # ------------------------------------------------------------------ API
     def reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None):
+        check_seed(seed)
+        options = check_options(options)
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        options = dict(options or {})
         instance = options.get("instance")
         if instance is None:
             instance = self.task.source.get(self._pick_index(options.get("index")))
@@ -275,10 +283,11 @@ class DialogueEnv(ParallelEnv):
         truncated = len(text) > self.max_message_chars
         if truncated:
             text = text[: self.max_message_chars]
+        text, repaired = repair_text(text)
         num_tokens = len(token_ids) if token_ids is not None else self._count_tokens(text)
         answer = self.task.extract(text).answer if state.roles[index].gives_answer else None
         message = Message(turn=state.turn, speaker=speaker, text=text, token_ids=token_ids,
-                          num_tokens=num_tokens, answer=answer, truncated=truncated)
+                          num_tokens=num_tokens, answer=answer, truncated=truncated, repaired=repaired)
         end_reason = self.task.termination(state.messages, message)
         if end_reason is None and state.turn + 1 >= self.max_turns:
             end_reason = "max_turns"
@@ -329,6 +338,7 @@ class DialogueEnv(ParallelEnv):
             "tokens_exact": message.token_ids is not None,
             "total_tokens": state.total_tokens,
             "message_truncated": message.truncated,
+            "message_repaired": message.repaired,
             "message_answer": message.answer,
         }
         if state.ended:

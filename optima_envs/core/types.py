@@ -48,7 +48,8 @@ class TaskInstance:
 
 @dataclass(frozen=True)
 class Message:
-    """One utterance of the dialogue, as the env recorded it."""
+    """One utterance of the dialogue, as the env recorded it (`truncated`: cut at the env's length
+    limit; `repaired`: text UTF-8 cannot encode was replaced, see `optima_envs.core.text`)."""
 
     turn: int
     speaker: str
@@ -57,6 +58,7 @@ class Message:
     num_tokens: int
     answer: str | None
     truncated: bool = False
+    repaired: bool = False
 
     def as_observation(self) -> dict[str, Any]:
         return {"speaker": self.speaker, "text": self.text}

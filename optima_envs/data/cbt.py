@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from optima_envs.core.types import Evidence, TaskInstance
 from optima_envs.data.common import DataConfig, DatasetSource, Row, require
-from optima_envs.errors import DataError
+from optima_envs.data.rows import Line, read_lines
 from optima_envs.scoring import normalize_answer
 
 Subset = Literal["CN", "NE", "P", "V"]
@@ -30,42 +30,42 @@ _NUMBERED = re.compile(r"(\d+) (.*)", re.DOTALL)
 
 def read_cbt_text(path: Path) -> list[Row]:
     """Stories of an original CBT file as rows in the hub's shape; `where` is the query line.
-    A story whose lines are not numbered 1..n followed by a query line becomes an error row."""
+    A story whose lines are not numbered 1..n followed by a query line, or with a line that is
+    not UTF-8, becomes an error row (so `on_error="skip"` skips only that story)."""
     rows: list[Row] = []
-    lines: list[tuple[int, str]] = []
+    lines: list[Line] = []
 
     def flush() -> None:
         if lines:
             rows.append(_story(path, lines, len(rows)))
             lines.clear()
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text (byte {error.start}): {error.reason}") from error
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if line.startswith("_BOOK_TITLE_"):  # the training files name each book before its stories
+    for line in read_lines(path):
+        if line.text.startswith("_BOOK_TITLE_"):  # the training files name each book before its stories
             flush()
-        elif line.strip():
-            lines.append((lineno, line))
+        elif line.text.strip():
+            lines.append(line)
         else:
             flush()
     flush()
     return rows
 
 
-def _story(path: Path, lines: list[tuple[int, str]], index: int) -> Row:
-    last_lineno = lines[-1][0]
+def _story(path: Path, lines: list[Line], index: int) -> Row:
+    last_lineno = lines[-1].number
     where = f"{path}:{last_lineno}"
+    bad = next((line for line in lines if line.error is not None), None)
+    if bad is not None:
+        return Row(None, f"{path}:{bad.number}", index, path.stem, error=bad.error)
     sentences = []
-    for expected, (lineno, line) in enumerate(lines, 1):
+    for expected, (lineno, line) in enumerate(((x.number, x.text) for x in lines), 1):
         match = _NUMBERED.fullmatch(line)
         if match is None or int(match.group(1)) != expected:
             return Row(None, f"{path}:{lineno}", index, path.stem,
                        error=f"expected a line numbered {expected} ('{expected} text'), got {line[:60]!r}")
         if expected < len(lines):
             sentences.append(match.group(2))
-    parts = _NUMBERED.fullmatch(lines[-1][1]).group(2).split("\t")
+    parts = _NUMBERED.fullmatch(lines[-1].text).group(2).split("\t")
     if len(parts) != 4 or parts[2] != "":
         return Row(None, where, index, path.stem,
                    error=f"the query line must be 'N query<TAB>answer<TAB><TAB>c1|...|c10', "

@@ -118,9 +118,14 @@ def env_data_dir(folder: str) -> Path | None:
 
 
 def check_files(paths: Sequence[str], *, dataset: str, hint: str) -> tuple[Path, ...]:
+    """`data_files` as paths, each checked to be an existing file (a folder belongs in data_dir)."""
     found = []
     for name in paths:
         path = Path(name)
+        if path.is_dir():
+            raise DataNotFoundError(f"{dataset}: data file {str(path)!r} is a folder, not a file "
+                                    f"(data_files={list(paths)!r}). Pass data_dir={str(path)!r} to read the split's "
+                                    f"files from a folder, or name the files themselves in data_files.")
         if not path.is_file():
             raise DataNotFoundError(f"{dataset}: data file {str(path)!r} does not exist "
                                     f"(data_files={list(paths)!r}). {hint}")

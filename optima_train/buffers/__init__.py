@@ -1,14 +1,25 @@
-"""Episode buffers: versioned Parquet tables of `EpisodeRecord`s, appended atomically.
+"""Episode buffers: versioned Parquet tables of `EpisodeRecord`s, appended atomically, checked on read.
 
     from optima_train.buffers import write_episodes, read_episodes, load_episode_dataset
-    write_episodes("runs/iter0", records)          # adds runs/iter0/part-0000N.parquet
-    records = read_episodes("runs/iter0")          # back to EpisodeRecords
+    write_episodes("runs/iter0", records)          # adds runs/iter0/part-0000N.parquet + its manifest entry
+    records = read_episodes("runs/iter0")          # back to EpisodeRecords (every part checked)
     ds = load_episode_dataset("runs/iter0")        # a Hugging Face datasets.Dataset
 
 The schema is documented in `optima_train.buffers.schema`; the on-disk layout and atomicity in
-`optima_train.buffers.writer`.
+`optima_train.buffers.writer`; the manifest and its checks in `optima_train.buffers.manifest`.
 """
 
+from optima_train.buffers.manifest import MANIFEST_NAME, BufferCorruptError, BufferWarning, PartEntry
+from optima_train.buffers.reader import (
+    PART_GLOB,
+    list_parts,
+    load_episode_dataset,
+    read_episodes,
+    read_part_metadata,
+    rebuild_manifest,
+    remove_temp_files,
+    verify_buffer,
+)
 from optima_train.buffers.schema import (
     EPISODE_SCHEMA,
     SCHEMA_VERSION,
@@ -17,30 +28,27 @@ from optima_train.buffers.schema import (
     row_to_record,
     table_to_records,
 )
-from optima_train.buffers.writer import (
-    PART_GLOB,
-    EpisodeWriter,
-    list_parts,
-    load_episode_dataset,
-    read_episodes,
-    read_part_metadata,
-    remove_temp_files,
-    write_episodes,
-)
+from optima_train.buffers.writer import EpisodeWriter, write_episodes
 
 __all__ = [
     "EPISODE_SCHEMA",
+    "MANIFEST_NAME",
     "PART_GLOB",
     "SCHEMA_VERSION",
+    "BufferCorruptError",
+    "BufferWarning",
     "EpisodeWriter",
+    "PartEntry",
     "list_parts",
     "load_episode_dataset",
     "read_episodes",
     "read_part_metadata",
+    "rebuild_manifest",
     "record_to_row",
     "records_to_table",
     "remove_temp_files",
     "row_to_record",
     "table_to_records",
+    "verify_buffer",
     "write_episodes",
 ]

@@ -1,21 +1,29 @@
-"""Episode buffers on disk: a directory of immutable Parquet part files.
+"""Episode buffers on disk: a directory of immutable Parquet part files and a manifest.
 
-Layout: `<dir>/part-00000.parquet`, `<dir>/part-00001.parquet`, ... Each `write_episodes` call
-(or `EpisodeWriter.flush`) adds one new part; nothing is ever rewritten, so appending across
-runs is just writing more parts, and the buffer is the set of parts (read in part-number order).
+Layout: `<dir>/part-00000.parquet`, `<dir>/part-00001.parquet`, ... and `<dir>/.manifest.json`.
+Each `write_episodes` call (or `EpisodeWriter.flush`) adds one new part; nothing is ever
+rewritten, so appending across runs is just writing more parts, and the buffer is the set of
+parts the manifest lists (read in part-number order).
 
 Atomicity: a part is written to a hidden temp file in the same directory
 (`.part-00003.parquet.tmp-<random>`), flushed and fsynced, then published under its final name
 with `os.link` (an atomic rename that fails instead of overwriting, so two writers appending at
-once take different numbers) and the directory is fsynced. A process killed mid-write leaves at
-most a hidden temp file, which neither `read_episodes` nor `datasets` (which skips hidden files
-and which we point at `part-*.parquet`) ever reads. Such leftovers are harmless; delete them
-with `remove_temp_files` when no writer is running.
+once take different numbers); then its entry (rows, size, sha256) is added to the manifest,
+which is replaced atomically under a file lock (`optima_train.buffers.manifest`). A process
+killed mid-write leaves at most a hidden temp file, or a published part the manifest does not
+list; readers ignore both (the second with a warning). Delete such leftovers with
+`remove_temp_files` when no writer is running.
 
-Why no manifest: the directory listing already is the list of complete parts, so there is no
-second file to keep in step with it (and nothing to repair after a kill between two renames).
-Per-part metadata (schema version, creation time, anything the caller passes, e.g. the run's
-command line) lives in each file's Parquet key-value metadata (`read_part_metadata`).
+Integrity: `read_episodes` and `load_episode_dataset` check every part against the manifest
+(present, same size and sha256, the schema's column types, the row count) and raise
+`BufferCorruptError` naming the damaged file; a buffer with parts but no manifest is refused
+too (`rebuild_manifest` builds one for buffers written before manifests existed). Per-part
+metadata (schema version, creation time, anything the caller passes, e.g. the run's command line)
+lives in each file's Parquet key-value metadata (`read_part_metadata`).
+
+Records that cannot be stored (text UTF-8 cannot encode, a number too large for its column) do
+not cost the others: the rest are written, and the rejected ones are kept as escaped JSON lines
+in `<dir>/.rejected/<part>.jsonl` with the reason, and reported with a `BufferWarning`.
 
 Read it back with `read_episodes(dir)` (EpisodeRecords), or as a Hugging Face dataset with
 `load_episode_dataset(dir)`, which is `datasets.load_dataset("parquet", data_files=[parts])`.
@@ -26,37 +34,41 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import secrets
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from optima_agents.rollout.records import EpisodeRecord
-from optima_train.buffers.schema import SCHEMA_VERSION_KEY, records_to_table, table_to_records
+from optima_train.buffers.manifest import (
+    MANIFEST_NAME,
+    BufferCorruptError,
+    BufferWarning,
+    PartEntry,
+    add_part,
+    file_digest,
+    read_manifest,
+)
+from optima_train.buffers.reader import part_files, part_number
+from optima_train.buffers.schema import records_to_table
 
-__all__ = ["PART_GLOB", "EpisodeWriter", "list_parts", "load_episode_dataset", "read_episodes",
-           "read_part_metadata", "remove_temp_files", "write_episodes"]
+__all__ = ["EpisodeWriter", "write_episodes"]
 
-PART_GLOB = "part-*.parquet"
-_PART_RE = re.compile(r"^part-(\d+)\.parquet$")
 _META_KEY = b"optima.metadata"
-
-
-def list_parts(directory: str | Path) -> list[Path]:
-    """The published part files of a buffer, in part-number order (empty if there are none)."""
-    folder = Path(directory)
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _PART_RE.match(p.name)) and p.is_file()]
-    return [p for _, p in sorted(found)]
+#: What converting a record to the schema raises for a value it cannot store.
+_UNSTORABLE = (ValueError, TypeError, OverflowError, pa.ArrowException)
 
 
 def write_episodes(directory: str | Path, records: Iterable[EpisodeRecord], *,
                    metadata: Mapping[str, Any] | None = None) -> Path | None:
     """Append `records` to the buffer at `directory` as one new part, atomically.
+
+    A record that cannot be stored (e.g. text UTF-8 cannot encode) is left out, kept in
+    `<directory>/.rejected/` and reported with a `BufferWarning`; the others are written.
 
     Args:
         directory: the buffer directory (created if missing).
@@ -64,16 +76,57 @@ def write_episodes(directory: str | Path, records: Iterable[EpisodeRecord], *,
         metadata: JSON-serialisable data stored in the part's Parquet metadata.
 
     Returns:
-        The published part's path, or None when `records` was empty.
+        The published part's path, or None when no record was written.
+
+    Raises:
+        BufferCorruptError: the directory holds parts but no readable manifest (appending would
+            hide them); see `rebuild_manifest`.
     """
     records = list(records)
     if not records:
         return None
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    table = records_to_table(records)
-    extra = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **dict(metadata or {})}
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), _META_KEY: json.dumps(extra).encode()})
+    _check_appendable(folder)
+    table, rejected = _table_of(records)
+    final = None
+    if table is not None:
+        extra = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **dict(metadata or {})}
+        if rejected:
+            extra["rejected"] = len(rejected)
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), _META_KEY: json.dumps(extra).encode()})
+        final = _write_part(folder, table, len(rejected))
+    if rejected:
+        _report_rejected(folder, final, rejected, len(records))
+    return final
+
+
+def _check_appendable(folder: Path) -> None:
+    if read_manifest(folder) is None and part_files(folder):
+        raise BufferCorruptError(
+            f"{folder} holds part files but no {MANIFEST_NAME}, so a new part would hide them from readers. "
+            f"If you trust them, build the manifest first: optima_train.buffers.rebuild_manifest({str(folder)!r})")
+
+
+def _table_of(records: list[EpisodeRecord]) -> tuple[pa.Table | None, list[tuple[int, EpisodeRecord, str]]]:
+    """The table of every storable record, and (position, record, why) for the others."""
+    try:
+        return records_to_table(records), []
+    except _UNSTORABLE:
+        pass
+    kept, rejected = [], []
+    for position, record in enumerate(records):
+        try:
+            records_to_table([record])
+        except _UNSTORABLE as error:
+            rejected.append((position, record, f"{type(error).__name__}: {error}"))
+            continue
+        kept.append(record)
+    return (records_to_table(kept) if kept else None), rejected
+
+
+def _write_part(folder: Path, table: pa.Table, rejected: int) -> Path:
+    """Write, fsync and publish one part, then commit it to the manifest."""
     number = _next_number(folder)
     tmp = folder / f".part-{number:05d}.parquet.tmp-{secrets.token_hex(4)}"
     try:
@@ -81,59 +134,33 @@ def write_episodes(directory: str | Path, records: Iterable[EpisodeRecord], *,
             pq.write_table(table, fh, compression="zstd")
             fh.flush()
             os.fsync(fh.fileno())
+        size, sha256 = file_digest(tmp)
         final = _publish(tmp, folder, number)
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(folder)
+    add_part(folder, PartEntry(name=final.name, rows=table.num_rows, bytes=size, sha256=sha256, rejected=rejected))
+    _fsync_dir(folder)
     return final
 
 
-def read_episodes(path: str | Path) -> list[EpisodeRecord]:
-    """Every record of a buffer directory (parts in order), or of one Parquet file.
-
-    Raises:
-        FileNotFoundError: the path does not exist.
-        ValueError: a part was written with a newer schema version.
-    """
-    target = Path(path)
-    if target.is_file():
-        return table_to_records(pq.read_table(target))
-    if not target.is_dir():
-        raise FileNotFoundError(f"no episode buffer at {target} (expected a directory of {PART_GLOB} files)")
-    records: list[EpisodeRecord] = []
-    for part in list_parts(target):
-        records.extend(table_to_records(pq.read_table(part)))
-    return records
-
-
-def read_part_metadata(part: str | Path) -> dict[str, Any]:
-    """A part's schema version and the metadata given to `write_episodes`."""
-    meta = pq.read_schema(part).metadata or {}
-    out = json.loads(meta.get(_META_KEY, b"{}"))
-    out["schema_version"] = int(meta.get(SCHEMA_VERSION_KEY, b"0"))
-    return out
-
-
-def load_episode_dataset(directory: str | Path, **kwargs: Any) -> Any:
-    """The buffer as a Hugging Face `datasets.Dataset` (one row per episode).
-
-    Raises:
-        FileNotFoundError: the directory holds no parts.
-    """
-    import datasets
-
-    parts = list_parts(directory)
-    if not parts:
-        raise FileNotFoundError(f"no {PART_GLOB} files in {directory}")
-    return datasets.load_dataset("parquet", data_files=[str(p) for p in parts], split="train", **kwargs)
-
-
-def remove_temp_files(directory: str | Path) -> list[Path]:
-    """Delete temp files left by killed writers. Only call it when no writer is running."""
-    removed = [p for p in Path(directory).glob(".part-*.parquet.tmp-*") if p.is_file()]
-    for p in removed:
-        p.unlink(missing_ok=True)
-    return removed
+def _report_rejected(folder: Path, part: Path | None, rejected: list[tuple[int, EpisodeRecord, str]],
+                     total: int) -> None:
+    """Keep the records that could not be stored as ASCII JSON lines (lone surrogates escaped) and warn."""
+    name = part.stem if part is not None else f"unwritten-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+    path = folder / ".rejected" / f"{name}.jsonl"
+    path.parent.mkdir(exist_ok=True)
+    with open(path, "w", encoding="ascii") as fh:
+        for position, record, why in rejected:
+            line = {"position": position, "error": why, "record": record.to_dict()}
+            fh.write(json.dumps(line, ensure_ascii=True) + "\n")
+    first_position, first, why = rejected[0]
+    written = f"wrote {total - len(rejected)} of {total} records to {part}" if part else \
+        f"wrote none of {total} records"
+    warnings.warn(
+        f"{written}: {len(rejected)} could not be stored, e.g. record {first_position} ({first.env_id} seed "
+        f"{first.seed}, instance {first.instance_id!r}): {why}. They are kept as JSON lines in {path}",
+        BufferWarning, stacklevel=3)
 
 
 class EpisodeWriter:
@@ -169,7 +196,7 @@ class EpisodeWriter:
             self.add(record)
 
     def flush(self) -> Path | None:
-        """Write the pending records as one part (None when nothing was pending)."""
+        """Write the pending records as one part (None when nothing was written)."""
         part = write_episodes(self.directory, self._pending, metadata=self.metadata)
         self._pending = []
         if part is not None:
@@ -185,8 +212,8 @@ class EpisodeWriter:
 
 
 def _next_number(folder: Path) -> int:
-    parts = list_parts(folder)
-    return int(_PART_RE.match(parts[-1].name).group(1)) + 1 if parts else 0  # type: ignore[union-attr]
+    parts = part_files(folder)
+    return part_number(parts[-1]) + 1 if parts else 0
 
 
 def _publish(tmp: Path, folder: Path, number: int) -> Path:

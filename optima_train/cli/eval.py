@@ -5,6 +5,8 @@
 
 Greedy dialogues; writes a JSON with the mean score and mean tokens per dialogue, each with a
 95% bootstrap interval (see `optima_train.evaluation`), plus the per-episode buffer beside it.
+Exits 1, after writing both, when no episode could be scored (every one an infra failure or a
+scoring error): a run that measured nothing must not look like a success.
 """
 
 from __future__ import annotations
@@ -97,3 +99,17 @@ def evaluate(
     table.add_row("excluded", ", ".join(f"{k} {v}" for k, v in result.excluded.items()))
     table.add_row("written to", str(output))
     Console(soft_wrap=True).print(table)
+    if result.score.n == 0:
+        err.print(f"[red]error:[/red] {escape(_nothing_scored(records))}", highlight=False)
+        raise typer.Exit(code=1)
+
+
+def _nothing_scored(records: list[Any]) -> str:
+    """Why an evaluation has no score: how many episodes failed how, and the first error."""
+    infra = [r for r in records if r.infra_failure]
+    scoring = [r for r in records if not r.infra_failure and not r.scored]
+    first = (infra or scoring or [None])[0]
+    why = "" if first is None else f"; the first: {first.error if first.infra_failure else first.score_error}"
+    return (f"no episode was scored ({len(infra)} of {len(records)} were infra failures, {len(scoring)} had "
+            f"scoring errors){why}. Check that the model or server answers (e.g. optima rollout --show 1), "
+            f"then run again")

@@ -2,8 +2,10 @@
 
 Episode `i` uses reset seed `--seed + i` and instance index `i` (modulo the dataset size), so the
 same command plays the same instances. The episodes are appended to `--out` as one new part of
-an episode buffer (`optima_train.buffers`). The summary's mean score counts only scored
-episodes: infra failures and scoring errors are reported separately, never as wrong answers.
+an episode buffer (`optima_train.buffers`). If the run stops early (a backend bug, Ctrl-C), the
+episodes finished so far are still written, as a part whose metadata says `incomplete: true`.
+The summary's mean score counts only scored episodes: infra failures and scoring errors are
+reported separately, never as wrong answers.
 """
 
 from __future__ import annotations
@@ -89,12 +91,19 @@ def run_rollout(*, env_id: str, model: str, backend: str, episodes: int, out: Pa
     size = len(env.task.source)
     specs = [EpisodeSpec(seed=seed + i, index=i % size, options=options) for i in range(episodes)]
     engine = RolloutEngine(env, policy, progress=progress)
-    records = engine.run(specs)
+    metadata = {"command": "rollout", "argv": sys.argv[1:], "env": env_id, "model": model, "backend": backend}
+    finished: list = []
+    try:
+        records = engine.run(specs, on_record=finished.append)
+    except BaseException:
+        if out is not None and finished:
+            write_episodes(out, finished, metadata={**metadata, "incomplete": True})
+        raise
     part = None
     if out is not None:
         part = write_episodes(out, records, metadata={
-            "command": "rollout", "argv": sys.argv[1:], "env": env_id, "model": model, "backend": backend,
-            "wall_s": round(engine.last_stats.wall_s, 3), "tokens_per_s": round(engine.last_stats.tokens_per_s, 2),
+            **metadata, "wall_s": round(engine.last_stats.wall_s, 3),
+            "tokens_per_s": round(engine.last_stats.tokens_per_s, 2),
         })
     return records, engine.last_stats, part
 

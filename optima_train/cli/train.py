@@ -5,7 +5,8 @@
     optima train isft --help-config        # every config field with its type, default and help
 
 The same command resumes an interrupted run (from the last finished step). Config problems and
-missing data or models are reported in one message, before any model loads, with exit code 2.
+missing data or models are reported in one message, before any model loads, with exit code 2;
+`--print-config` checks the env id and its data the same way before printing.
 """
 
 from __future__ import annotations
@@ -82,10 +83,14 @@ def _train(config_cls: type, trainer_cls: type, config: Path | None, overrides: 
         cfg = load_config(config_cls, config, overrides, extra=extra)
     except ConfigError as error:
         _fail(str(error))
-    if print_config:
+    trainer = trainer_cls(cfg)
+    if print_config:  # only a config whose env and data exist is worth printing
+        try:
+            trainer.check_data()
+        except (ConfigError, OptimaError) as error:
+            _fail(str(error))
         print(dump_config(cfg), end="")
         return
-    trainer = trainer_cls(cfg)
     if hasattr(trainer, "check_resources"):  # missing data or models: exit 2, before any model loads
         try:
             trainer.check_resources()

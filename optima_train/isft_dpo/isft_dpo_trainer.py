@@ -49,6 +49,19 @@ class ISFTDPOTrainer:
             self._kwargs["console"] = Console(stderr=True)
         self.console = self._kwargs["console"]
 
+    def check_data(self) -> None:
+        """The env id, its options and its data, as both stages will use them (see
+        `IterativeTrainer.check_data`); nothing is loaded.
+
+        Raises:
+            ConfigError: an unknown env id, bad env kwargs, or missing data.
+        """
+        cfg = self.config
+        subs = cfg.sub_configs(0, start_model=cfg.model.name, base_model=cfg.model.name,
+                               output_dir=str(self.run_dir.root))
+        ISFTTrainer(subs["isft"], console=self.console).check_data()
+        IDPOTrainer(subs["idpo"](cfg.model.name), console=self.console).check_data()
+
     def train(self) -> list[dict[str, Any]]:
         """Run every stage not finished yet; returns one row per stage iteration."""
         from optima_agents.models import resolve_model

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -128,12 +130,16 @@ def reference_scorer(embedded_model_dir, smollm_tokenizer) -> Any:
 # ---------------------------------------------------------------------- HTTP test doubles
 @dataclass
 class Reply:
-    """One scripted answer: HTTP status, JSON body (None: a chat completion), delay, headers."""
+    """One scripted answer: HTTP status, JSON body (None: a chat completion), delay, headers;
+    `raw` sends these bytes as the body instead of JSON, `reset` drops the connection (TCP RST)
+    without answering."""
 
     status: int = 200
     body: Any = None
     delay_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None
+    reset: bool = False
 
 
 def completion(text: str = "Hello there.", token_ids: list[int] | None = None, finish_reason: str = "stop",
@@ -150,10 +156,19 @@ def completion(text: str = "Hello there.", token_ids: list[int] | None = None, f
     return body
 
 
-class StubServer:
-    """A real HTTP server on a loopback port answering from `script` (then `default`)."""
+class _Server(ThreadingHTTPServer):
+    """A threading HTTP server whose accept queue holds a burst of concurrent clients (the default
+    of 5 drops connection attempts, which clients then see as connect timeouts)."""
 
-    def __init__(self, script: list[Reply] | None = None, default: Reply | None = None):
+    request_queue_size = 256
+    daemon_threads = True
+
+
+class StubServer:
+    """A real HTTP server on a loopback port (`port`, or one the OS picks) answering from `script`
+    (then `default`)."""
+
+    def __init__(self, script: list[Reply] | None = None, default: Reply | None = None, port: int = 0):
         self.script = list(script or [])
         self.default = default or Reply()
         self.received: list[dict[str, Any]] = []
@@ -169,7 +184,13 @@ class StubServer:
                     reply = stub.script.pop(0) if stub.script else stub.default
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
-                payload = json.dumps(completion() if reply.body is None else reply.body).encode()
+                if reply.reset:
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    self.close_connection = True
+                    return
+                payload = reply.raw if reply.raw is not None else \
+                    json.dumps(completion() if reply.body is None else reply.body).encode()
                 try:
                     self.send_response(reply.status)
                     for key, value in reply.headers.items():
@@ -184,7 +205,7 @@ class StubServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
@@ -203,8 +224,8 @@ def stub_server() -> Iterator[Callable[..., StubServer]]:
     """A factory of `StubServer`s, all shut down after the test."""
     made: list[StubServer] = []
 
-    def make(script: list[Reply] | None = None, default: Reply | None = None) -> StubServer:
-        made.append(StubServer(script, default))
+    def make(script: list[Reply] | None = None, default: Reply | None = None, port: int = 0) -> StubServer:
+        made.append(StubServer(script, default, port))
         return made[-1]
 
     yield make

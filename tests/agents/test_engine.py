@@ -121,6 +121,33 @@ class TestInfraFailures:
         assert engine.last_stats.infra_failures == 1
 
 
+    def test_an_action_the_env_rejects_fails_only_that_episode(self):
+        def script(o):
+            if o["turn"] == 1 and "second" in o["system_prompt"]:
+                return Action(text="hello", token_ids=(-5,))
+            return f"turn {o['turn']}"
+
+        specs = [EpisodeSpec(seed=0, index=0), EpisodeSpec(seed=1, index=1, options={"format_instruction": "second"})]
+        ok, failed = rollout("synth-hop-ia", ScriptedPolicy(script), specs, env_kwargs={"max_turns": 3}, progress=False)
+        assert not ok.infra_failure and ok.num_turns == 3
+        assert failed.infra_failure and failed.num_turns == 1 and failed.score is None
+        assert failed.error.startswith("turn 1 (bob): the env rejected the action: 'bob''s token_ids must be ints")
+
+    def test_finished_episodes_reach_on_record_before_a_policy_bug_propagates(self):
+        def script(o):
+            if "boom" in o["system_prompt"]:
+                raise KeyError("a bug in the policy")
+            return f"turn {o['turn']}"
+
+        specs = [*episode_specs(3), EpisodeSpec(seed=9, index=9, options={"format_instruction": "boom"})]
+        finished: list[EpisodeRecord] = []
+        engine = RolloutEngine("synth-hop-ia", ScriptedPolicy(script), env_kwargs={"max_turns": 2}, max_live=3,
+                               progress=False)
+        with pytest.raises(KeyError, match="a bug in the policy"):
+            engine.run(specs, on_record=finished.append)
+        assert [r.seed for r in finished] == [0, 1, 2] and all(r.policies for r in finished)
+
+
 class TestValidation:
     def test_policy_mapping_must_cover_the_agents(self):
         with pytest.raises(ConfigError, match=re.escape("missing ['bob'], unknown ['carol']")):

@@ -195,3 +195,110 @@ class TestServerProcess:
         with pytest.raises(ServerStartError, match=r"(?s)exited with code 2 during startup.*unrecognized arguments"):
             server.start()
         assert not server.running and server.process is None and not server.log_path.exists()
+
+
+def _with(body: dict, path: tuple, value) -> dict:
+    """`body` with the value at `path` (keys and list indices) replaced."""
+    import copy
+
+    out = copy.deepcopy(body)
+    target = out
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return out
+
+
+GOOD = completion("I know. <A>Kelo</A>", token_ids=[5, 6, 7])
+WRONG_TYPES = {
+    "token_ids of strings": _with(GOOD, ("choices", 0, "token_ids"), ["a"]),
+    "message a string": _with(GOOD, ("choices", 0, "message"), "hello"),
+    "content a number": _with(GOOD, ("choices", 0, "message", "content"), 123),
+    "usage.prompt_tokens a string": _with(GOOD, ("usage", "prompt_tokens"), "x"),
+    "negative token id": _with(GOOD, ("choices", 0, "token_ids"), [3, -1]),
+    "bool token id": _with(GOOD, ("choices", 0, "token_ids"), [True]),
+    "huge token id": _with(GOOD, ("choices", 0, "token_ids"), [2**40]),
+    "token_ids an object": _with(GOOD, ("choices", 0, "token_ids"), {"a": 1}),
+    "prompt_token_ids a string": {**GOOD, "prompt_token_ids": "abc"},
+    "finish_reason a number": _with(GOOD, ("choices", 0, "finish_reason"), 5),
+    "usage a list": _with(GOOD, ("usage",), [1, 2]),
+    "choices an object": {**GOOD, "choices": {"0": GOOD["choices"][0]}},
+    "choices empty": {**GOOD, "choices": []},
+    "choice null": {**GOOD, "choices": [None]},
+    "body a list": [GOOD],
+    "body a string": "hello",
+}
+
+
+class TestMalformedReplies:
+    @pytest.mark.parametrize("body", list(WRONG_TYPES.values()), ids=list(WRONG_TYPES))
+    def test_a_wrong_typed_reply_is_retried(self, stub_server, body):
+        stub = stub_server([Reply(body=body)], default=Reply(body=GOOD))
+        action = fast_policy(stub.base_url).act([ask("?")])[0]
+        assert not action.failed and action.text == "I know. <A>Kelo</A>" and action.meta["attempts"] == 2
+
+    @pytest.mark.parametrize("body", list(WRONG_TYPES.values()), ids=list(WRONG_TYPES))
+    def test_a_persistent_one_is_an_infra_failure_of_that_turn(self, stub_server, body):
+        stub = stub_server(default=Reply(body=body))
+        action = fast_policy(stub.base_url, max_retries=1).act([ask("?")])[0]
+        assert action.failed and action.finish_reason == "error" and action.meta["attempts"] == 2
+        assert "malformed response" in action.error and len(stub.received) == 2
+
+    def test_one_malformed_reply_costs_no_other_episode(self, stub_server, tmp_path):
+        from optima_train.buffers import read_episodes, write_episodes
+
+        stub = stub_server([Reply(body=WRONG_TYPES["token_ids of strings"])], default=Reply(body=GOOD))
+        policy = fast_policy(stub.base_url, max_retries=0, concurrency=8)
+        records = RolloutEngine("synth-hop-ia", policy, env_kwargs={"max_turns": 2}, progress=False).run(
+            episode_specs(40))
+        failed = [r for r in records if r.infra_failure]
+        assert len(records) == 40 and len(failed) == 1
+        assert "malformed response" in failed[0].error and failed[0].score is None
+        write_episodes(tmp_path / "buf", records)
+        assert read_episodes(tmp_path / "buf") == records
+
+
+class TestDeadReplicas:
+    def test_a_dead_url_is_marked_down_and_gets_almost_no_traffic(self, stub_server, caplog):
+        live = [stub_server(), stub_server()]
+        dead = f"http://127.0.0.1:{free_port()}/v1"
+        policy = fast_policy(live[0].base_url, dead, live[1].base_url, concurrency=8, probe_backoff_s=30.0)
+        actions = []
+        with caplog.at_level("WARNING", logger="optima_agents.policies"):
+            for call in range(10):
+                actions += policy.act([ask(str(i), seed=call * 20 + i) for i in range(20)])
+        attempts = sum(a.meta["attempts"] for a in actions)
+        to_dead = attempts - sum(len(s.received) for s in live)
+        assert not any(a.failed for a in actions)
+        assert to_dead <= 10, f"{to_dead} of {attempts} attempts went to the dead URL"
+        assert policy.dead_urls == [dead]
+        stats = {s["url"]: s for s in policy.url_stats()}
+        assert stats[dead]["state"] == "down" and stats[dead]["connection_failures"] == to_dead
+        assert f"{dead} is down" in caplog.text
+
+    def test_a_url_that_comes_back_is_probed_and_used_again(self, stub_server):
+        port = free_port()
+        live = stub_server()
+        policy = fast_policy(live.base_url, f"http://127.0.0.1:{port}/v1", concurrency=4, probe_backoff_s=0.05)
+        policy.act([ask(str(i), seed=i) for i in range(8)])
+        assert policy.dead_urls == [f"http://127.0.0.1:{port}/v1"]
+        revived = stub_server(port=port)
+        time.sleep(0.1)
+        actions = policy.act([ask(str(i), seed=i) for i in range(16)])
+        assert policy.dead_urls == [] and revived.received
+        assert not any(a.failed for a in actions)
+
+    def test_a_single_dead_url_is_still_retried(self):
+        url = f"http://127.0.0.1:{free_port()}/v1"
+        action = fast_policy(url).act([ask("?")])[0]
+        assert action.failed and action.meta["attempts"] == 3
+
+
+class TestBrokenTransport:
+    def test_a_reset_connection_and_a_non_json_body_are_retried(self, stub_server):
+        faults = [Reply(reset=True), Reply(raw=b'{"choices": [{"message": '), Reply(status=502, raw=b"<html>")]
+        stub = stub_server(faults, default=Reply(body=GOOD))
+        policy = fast_policy(stub.base_url, max_retries=3)
+        action = policy.act([ask("?")])[0]
+        assert not action.failed and action.meta["attempts"] == 4
+        assert policy.dead_urls == []  # a dropped connection is not a dead server

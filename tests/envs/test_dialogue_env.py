@@ -175,6 +175,61 @@ class TestBadInput:
             env.reset(seed=0, options={"index": -1})
 
 
+    @pytest.mark.parametrize("options, message", [
+        ("index", "reset(options=...) must be a dict of reset options or None, got str 'index'; accepted keys: "
+                  "['format_instruction', 'index', 'instance'], e.g. options={'index': 3}"),
+        ({"idx": 1}, "reset(options=...) has unknown key 'idx' (did you mean 'index'?); accepted keys: "
+                     "['format_instruction', 'index', 'instance']"),
+        ({"index": 1, "colour": 2}, "reset(options=...) has unknown key 'colour'; accepted keys: "),
+        ({"instance": "q1"}, "options['instance'] must be a TaskInstance, got str 'q1'"),
+        ({"format_instruction": "be brief \ud800"}, "options['format_instruction'] holds text UTF-8 cannot encode"),
+    ])
+    def test_reset_options_are_checked(self, options, message):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            make().reset(seed=0, options=options)
+
+    @pytest.mark.parametrize("seed, shown", [(True, "bool True"), ([1, 2], "list [1, 2]"), (1.5, "float 1.5"),
+                                             ("7", "str '7'"), (-1, "int -1")])
+    def test_reset_seed_must_be_an_int_or_none(self, seed, shown):
+        message = f"reset(seed=...) must be a non-negative int or None, got {shown}"
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            make().reset(seed=seed)
+
+    def test_numpy_seeds_and_none_are_fine(self):
+        env = make()
+        env.reset(seed=np.int64(3))
+        env.reset(seed=None, options=None)
+
+
+class TestTextRepair:
+    def test_a_lone_surrogate_is_replaced_and_flagged(self):
+        env = make()
+        env.reset(seed=0)
+        infos = env.step({"alice": "bad \ud800 text"})[4]
+        assert infos["alice"]["message_repaired"] is True and infos["bob"]["message_repaired"] is True
+        message = env.state.messages[-1]
+        assert message.text == "bad \ufffd text" and message.repaired
+        message.text.encode("utf-8")
+        assert env.step({"bob": "fine"})[4]["bob"]["message_repaired"] is False
+
+    def test_a_split_surrogate_pair_is_joined(self):
+        env = make()
+        env.reset(seed=0)
+        infos = env.step({"alice": {"text": "smile \ud83d\ude00", "token_ids": [1, 2]}})[4]
+        assert env.state.messages[-1].text == "smile \U0001f600" and infos["alice"]["message_repaired"] is True
+        assert infos["alice"]["message_tokens"] == 2
+
+    def test_repaired_episodes_can_be_stored(self, tmp_path):
+        from optima_agents.policies import ScriptedPolicy
+        from optima_agents.rollout import rollout
+        from optima_train.buffers import read_episodes, write_episodes
+
+        records = rollout("synth-hop-ia", ScriptedPolicy(lambda o: "x \udfff y"), 3, env_kwargs={"max_turns": 2},
+                          progress=False)
+        write_episodes(tmp_path / "buf", records)
+        assert [t.text for t in read_episodes(tmp_path / "buf")[0].turns] == ["x \ufffd y"] * 2
+
+
 class TestDeterminism:
     def test_exact_replay(self):
         messages = random_messages(1, 20)

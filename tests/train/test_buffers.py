@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -18,15 +19,20 @@ from optima_agents.policies import Action, ScriptedPolicy
 from optima_agents.rollout import EpisodeRecord, EpisodeSpec, rollout
 from optima_train.buffers import (
     EPISODE_SCHEMA,
+    MANIFEST_NAME,
     SCHEMA_VERSION,
+    BufferCorruptError,
+    BufferWarning,
     EpisodeWriter,
     list_parts,
     load_episode_dataset,
     read_episodes,
     read_part_metadata,
+    rebuild_manifest,
     records_to_table,
     remove_temp_files,
     row_to_record,
+    verify_buffer,
     write_episodes,
 )
 from optima_train.buffers import schema as schema_module
@@ -169,6 +175,101 @@ class TestAtomicity:
         assert read_episodes(tmp_path / "buf") == records[:2]
 
 
+class TestUnstorableRecords:
+    def test_one_bad_record_costs_no_other(self, records, tmp_path):
+        bad = dataclasses.replace(records[1], question="broken \ud800 text")
+        with pytest.warns(BufferWarning, match=re.escape("wrote 3 of 4 records to")) as caught:
+            part = write_episodes(tmp_path / "buf", [records[0], bad, *records[2:]])
+        assert "record 1 (synth-hop-ia seed 1" in str(caught[0].message)
+        assert read_episodes(tmp_path / "buf") == [records[0], *records[2:]]
+        sidecar = tmp_path / "buf" / ".rejected" / f"{part.stem}.jsonl"
+        kept = [json.loads(line) for line in sidecar.read_text().splitlines()]
+        assert len(kept) == 1 and kept[0]["position"] == 1 and "UnicodeEncodeError" in kept[0]["error"]
+        assert EpisodeRecord.from_dict(kept[0]["record"]) == bad
+        assert verify_buffer(tmp_path / "buf")[0].rejected == 1
+
+    def test_a_batch_of_only_bad_records_writes_no_part(self, records, tmp_path):
+        bad = dataclasses.replace(records[0], turns=(dataclasses.replace(records[0].turns[0], token_ids=(2**40,)),))
+        with pytest.warns(BufferWarning, match="wrote none of 1 records"):
+            assert write_episodes(tmp_path / "buf", [bad]) is None
+        assert read_episodes(tmp_path / "buf") == [] and len(list((tmp_path / "buf" / ".rejected").iterdir())) == 1
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+class TestDamage:
+    @pytest.fixture
+    def buf(self, records, tmp_path) -> Path:
+        write_episodes(tmp_path / "buf", records[:2])
+        write_episodes(tmp_path / "buf", records[2:])
+        return tmp_path / "buf"
+
+    def test_the_manifest_lists_parts_rows_and_checksums(self, buf):
+        manifest = json.loads((buf / MANIFEST_NAME).read_text())
+        assert [(p["name"], p["rows"]) for p in manifest["parts"]] == [("part-00000.parquet", 2),
+                                                                       ("part-00001.parquet", 2)]
+        assert all(len(p["sha256"]) == 64 and p["bytes"] > 0 for p in manifest["parts"])
+
+    def test_every_flipped_byte_is_caught_and_names_the_part(self, buf):
+        part = buf / "part-00001.parquet"
+        original = part.read_bytes()
+        for offset in np.random.default_rng(0).choice(len(original), size=60, replace=False):
+            _flip(part, int(offset))
+            with pytest.raises(BufferCorruptError, match=re.escape(f"{part} is damaged")):
+                read_episodes(buf)
+            with pytest.raises(BufferCorruptError, match=re.escape(f"{part} is damaged")):
+                read_episodes(part)
+            part.write_bytes(original)
+        assert len(read_episodes(buf)) == 4
+
+    def test_a_deleted_part_is_an_error_not_fewer_rows(self, buf):
+        (buf / "part-00000.parquet").unlink()
+        with pytest.raises(BufferCorruptError, match=re.escape(f"{buf / 'part-00000.parquet'} is missing: the "
+                                                                  "manifest lists it with 2 rows")):
+            read_episodes(buf)
+        with pytest.raises(BufferCorruptError, match="is missing"):
+            load_episode_dataset(buf)
+
+    def test_a_damaged_or_deleted_manifest_is_caught(self, buf, records):
+        manifest = buf / MANIFEST_NAME
+        text = manifest.read_text()
+        manifest.write_text(text.replace('"rows": 2', '"rows": 3', 1))
+        with pytest.raises(BufferCorruptError, match=re.escape("do not match its own checksum")):
+            read_episodes(buf)
+        manifest.write_text(text[:-20])
+        with pytest.raises(BufferCorruptError, match=re.escape(f"{manifest} is damaged: it is not valid JSON")):
+            read_episodes(buf)
+        manifest.unlink()
+        with pytest.raises(BufferCorruptError, match=re.escape("holds 2 part file(s) but no .manifest.json")):
+            read_episodes(buf)
+        with pytest.raises(BufferCorruptError, match="rebuild_manifest"):
+            write_episodes(buf, records[:1])  # appending would hide the parts from readers
+        assert [e.rows for e in rebuild_manifest(buf)] == [2, 2] and len(read_episodes(buf)) == 4
+
+    def test_a_column_of_the_wrong_type_is_refused(self, records, tmp_path):
+        table = records_to_table(records)
+        index = table.schema.get_field_index("score")
+        table = table.set_column(index, "score", table.column("score").cast("string"))
+        (tmp_path / "buf").mkdir()
+        pq.write_table(table, tmp_path / "buf" / "part-00000.parquet")
+        message = "column 'score' is string, expected double"
+        with pytest.raises(BufferCorruptError, match=re.escape(message)):
+            read_episodes(tmp_path / "buf" / "part-00000.parquet")
+        with pytest.raises(BufferCorruptError, match=re.escape(f"{tmp_path / 'buf' / 'part-00000.parquet'} does not")):
+            rebuild_manifest(tmp_path / "buf")
+
+    def test_an_uncommitted_part_is_ignored_with_a_warning(self, buf, records):
+        (buf / "part-00007.parquet").write_bytes((buf / "part-00000.parquet").read_bytes())
+        with pytest.warns(BufferWarning, match=re.escape("ignored ['part-00007.parquet'], not listed")):
+            assert len(read_episodes(buf)) == 4
+        assert remove_temp_files(buf) == [buf / "part-00007.parquet"]
+        assert write_episodes(buf, records[:1]).name == "part-00002.parquet"
+
+
 class TestRolloutCli:
     def test_errors_are_one_clear_line(self, tmp_path):
         runner = CliRunner()
@@ -176,6 +277,31 @@ class TestRolloutCli:
         assert result.exit_code == 1 and "needs at least one --base-url" in result.output
         result = runner.invoke(app, ["rollout", "--env", "nope-ia", "--out", str(tmp_path)])
         assert result.exit_code == 1 and "no env named 'nope-ia'" in result.output
+
+    def test_finished_episodes_are_written_when_the_policy_fails(self, tmp_path, monkeypatch):
+        from optima_agents import policies
+        from optima_train.cli.rollout import run_rollout
+
+        def script(o):
+            """Every episode agrees at turn 1, except one that is still talking when the backend dies."""
+            if o["question"] != boom_question:
+                return "<A>Kelo</A>"
+            if o["turn"] == 2:
+                raise ConnectionError("the backend crashed")
+            return "thinking"
+
+        import optima_envs
+
+        env = optima_envs.make("synth-hop-ia")
+        env.reset(seed=0, options={"index": 5})
+        boom_question = env.state.instance.question
+        monkeypatch.setattr(policies, "make_policy", lambda *a, **k: ScriptedPolicy(script))
+        with pytest.raises(ConnectionError):
+            run_rollout(env_id="synth-hop-ia", model="x", backend="hf", episodes=8, out=tmp_path / "buf",
+                        env_kwargs={"max_turns": 4}, progress=False)
+        saved = read_episodes(tmp_path / "buf")
+        assert [r.index for r in saved] == [0, 1, 2, 3, 4, 6, 7] and all(r.end_reason == "agreed" for r in saved)
+        assert read_part_metadata(list_parts(tmp_path / "buf")[0])["incomplete"] is True
 
     @pytest.mark.model
     def test_tiny_run_end_to_end(self, embedded_model_dir, tmp_path):

@@ -134,6 +134,37 @@ class TestCli:
         assert result.exit_code == 0 and "selection.keep_fraction: float = 0.7" in result.output
 
 
+    @pytest.mark.parametrize("command", ["isft", "idpo", "isft-dpo"])
+    @pytest.mark.parametrize("overrides, message", [
+        (["task.env_id=nope-ia"], "no env named 'nope-ia'"),
+        (["task.env_id=hotpotqa-ia", "task.data_dir=/nonexistent/hotpotqa"],
+         "hotpotqa-ia: data_dir '/nonexistent/hotpotqa' is not a folder"),
+    ])
+    def test_print_config_checks_the_env_and_its_data_first(self, command, overrides, message):
+        from typer.testing import CliRunner
+
+        from optima_train.cli import app
+
+        args = ["train", command, "--print-config"] + [x for o in overrides for x in ("--set", o)]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert message in " ".join(result.output.split()) and "run:" not in result.output
+
+    def test_eval_command_fails_when_no_episode_was_scored(self, tmp_path):
+        from typer.testing import CliRunner
+
+        from optima_agents.servers import free_port
+        from optima_train.cli import app
+
+        dead = f"http://127.0.0.1:{free_port()}/v1"
+        result = CliRunner().invoke(app, ["eval", "--model", "stub", "--env", "synth-hop-ia", "--backend", "openai",
+                                          "--base-url", dead, "--episodes", "2", "--max-turns", "2", "--no-progress",
+                                          "-o", str(tmp_path / "eval.json")])
+        assert result.exit_code == 1, result.output
+        text = " ".join(result.output.split())
+        assert "no episode was scored (2 of 2 were infra failures" in text and "ConnectError" in text
+        assert read_json(tmp_path / "eval.json")["excluded"]["infra_failure"] == 2
+
     @pytest.mark.model
     def test_eval_command_writes_score_and_tokens_with_intervals(self, tmp_path, embedded_model_dir):
         from typer.testing import CliRunner

@@ -1,0 +1,66 @@
+"""The checks on `DialogueEnv.reset(seed=..., options=...)`: a wrong seed or an unknown option key
+fails with a message that lists what is accepted, instead of being ignored or failing deep inside
+numpy or `dict()`."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Mapping
+
+import numpy as np
+
+from optima_envs.core.text import first_unencodable
+from optima_envs.core.types import TaskInstance
+from optima_envs.errors import ConfigError
+
+__all__ = ["RESET_OPTIONS", "check_options", "check_seed"]
+
+#: Every key `reset(options=...)` understands, with what it does.
+RESET_OPTIONS: Mapping[str, str] = {
+    "format_instruction": "a format instruction: a string, an index into the format pool, or 'sample'",
+    "index": "the instance index, an int in [0, len(source))",
+    "instance": "a TaskInstance to play instead of one from the source",
+}
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_seed(seed: Any) -> None:
+    """Raises ConfigError unless `seed` is None or a non-negative int (numpy ints too, not bool)."""
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"reset(seed=...) must be a non-negative int or None, got {type(seed).__name__} "
+                          f"{_short(seed)}")
+
+
+def check_options(options: Any) -> dict[str, Any]:
+    """`options` as a plain dict after checking its type and keys.
+
+    Raises:
+        ConfigError: not a mapping, an unknown key (with a close match when there is one), an
+            `instance` that is not a TaskInstance, or a `format_instruction` UTF-8 cannot encode.
+    """
+    accepted = sorted(RESET_OPTIONS)
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"reset(options=...) must be a dict of reset options or None, got {type(options).__name__} "
+                          f"{_short(options)}; accepted keys: {accepted}, e.g. options={{'index': 3}}")
+    for key in options:
+        if key not in RESET_OPTIONS:
+            close = difflib.get_close_matches(str(key), accepted, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"reset(options=...) has unknown key {key!r}{hint}; accepted keys: {accepted}")
+    instance = options.get("instance")
+    if instance is not None and not isinstance(instance, TaskInstance):
+        raise ConfigError(f"options['instance'] must be a TaskInstance, got {type(instance).__name__} "
+                          f"{_short(instance)}")
+    instruction = options.get("format_instruction")
+    if isinstance(instruction, str) and (at := first_unencodable(instruction)) is not None:
+        raise ConfigError(f"options['format_instruction'] holds text UTF-8 cannot encode (a lone surrogate at "
+                          f"position {at}: {_short(instruction[max(0, at - 10):at + 10])}); pass valid text")
+    return dict(options)

@@ -1,0 +1,208 @@
+"""Reading episode buffers back, every part checked against the manifest first.
+
+See `optima_train.buffers.writer` for the layout and `optima_train.buffers.manifest` for what is
+checked; every check failure is a `BufferCorruptError` that names the file at fault.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from optima_agents.rollout.records import EpisodeRecord
+from optima_train.buffers.manifest import (
+    MANIFEST_NAME,
+    BufferCorruptError,
+    BufferWarning,
+    PartEntry,
+    check_columns,
+    file_digest,
+    read_manifest,
+    write_manifest,
+)
+from optima_train.buffers.schema import SCHEMA_VERSION_KEY, table_to_records
+
+__all__ = ["PART_GLOB", "list_parts", "load_episode_dataset", "part_files", "read_episodes", "read_part_metadata",
+           "rebuild_manifest", "remove_temp_files", "verify_buffer"]
+
+PART_GLOB = "part-*.parquet"
+_PART_RE = re.compile(r"^part-(\d+)\.parquet$")
+_META_KEY = b"optima.metadata"
+
+
+def part_number(path: Path) -> int:
+    match = _PART_RE.match(path.name)
+    if match is None:
+        raise ValueError(f"{path.name!r} is not a part file name (part-NNNNN.parquet)")
+    return int(match.group(1))
+
+
+def part_files(folder: str | Path) -> list[Path]:
+    """Every `part-N.parquet` file on disk, committed or not, in part-number order."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if _PART_RE.match(p.name) and p.is_file()), key=part_number)
+
+
+def _committed(folder: Path) -> list[tuple[Path, PartEntry]]:
+    """The parts the manifest lists, with their entries; warns about parts it does not list.
+
+    Raises:
+        BufferCorruptError: part files but no manifest, or a damaged manifest.
+    """
+    entries = read_manifest(folder)
+    on_disk = part_files(folder)
+    if entries is None:
+        if on_disk:
+            raise BufferCorruptError(
+                f"{folder} holds {len(on_disk)} part file(s) but no {MANIFEST_NAME}: it was deleted, or the buffer "
+                f"was written before buffers had manifests. Without it a missing or damaged part cannot be "
+                f"detected; if you trust the parts, run optima_train.buffers.rebuild_manifest({str(folder)!r})")
+        return []
+    listed = {e.name for e in entries}
+    stray = [p.name for p in on_disk if p.name not in listed]
+    if stray:
+        warnings.warn(f"{folder}: ignored {stray}, not listed in {MANIFEST_NAME} (a writer was killed before "
+                      f"committing them); remove_temp_files({str(folder)!r}) deletes them", BufferWarning, stacklevel=3)
+    return sorted(((folder / e.name, e) for e in entries), key=lambda pair: part_number(pair[0]))
+
+
+def list_parts(directory: str | Path) -> list[Path]:
+    """The committed part files of a buffer (those its manifest lists), in part-number order."""
+    folder = Path(directory)
+    return [path for path, _ in _committed(folder)] if folder.is_dir() else []
+
+
+def _check_part(path: Path, entry: PartEntry | None) -> pa.Table:
+    """The part's table after checking it against its manifest entry (when there is one) and the schema."""
+    if entry is not None:
+        if not path.is_file():
+            raise BufferCorruptError(f"{path} is missing: the manifest lists it with {entry.rows} rows. Restore it "
+                                     f"from a backup, or delete the buffer and generate it again")
+        size, sha256 = file_digest(path)
+        if (size, sha256) != (entry.bytes, entry.sha256):
+            raise BufferCorruptError(
+                f"{path} is damaged: it has {size} bytes with sha256 {sha256[:16]}..., the manifest recorded "
+                f"{entry.bytes} bytes with sha256 {entry.sha256[:16]}.... Restore it from a backup, or delete the "
+                f"buffer and generate it again")
+    try:
+        check_columns(pq.read_schema(path), path)
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as error:
+        raise BufferCorruptError(f"{path} cannot be read as Parquet ({type(error).__name__}: {error})") from None
+    if entry is not None and table.num_rows != entry.rows:
+        raise BufferCorruptError(f"{path} has {table.num_rows} rows, the manifest recorded {entry.rows}")
+    return table
+
+
+def _records(path: Path, table: pa.Table) -> list[EpisodeRecord]:
+    try:
+        return table_to_records(table)
+    except (ValueError, KeyError, TypeError) as error:
+        raise BufferCorruptError(f"{path}: a row cannot be read back as an episode ({type(error).__name__}: "
+                                 f"{error})") from None
+
+
+def _entry_of(part: Path) -> PartEntry | None:
+    """The manifest entry of a single part file, when its folder has a manifest listing it."""
+    entries = read_manifest(part.parent) or []
+    return next((e for e in entries if e.name == part.name), None)
+
+
+def read_episodes(path: str | Path) -> list[EpisodeRecord]:
+    """Every record of a buffer directory (committed parts in order), or of one Parquet file.
+
+    Raises:
+        FileNotFoundError: the path does not exist.
+        BufferCorruptError: a missing or damaged part or manifest, or a column of the wrong type
+            (the message names the file); also a part written with a newer schema version.
+    """
+    target = Path(path)
+    if target.is_file():
+        return _records(target, _check_part(target, _entry_of(target)))
+    if not target.is_dir():
+        raise FileNotFoundError(f"no episode buffer at {target} (expected a directory of {PART_GLOB} files)")
+    records: list[EpisodeRecord] = []
+    for part, entry in _committed(target):
+        records.extend(_records(part, _check_part(part, entry)))
+    return records
+
+
+def verify_buffer(directory: str | Path) -> list[PartEntry]:
+    """Check every committed part (present, checksum, column types, rows) without decoding rows.
+
+    Raises:
+        FileNotFoundError: no such directory.
+        BufferCorruptError: the first problem found, naming its file.
+    """
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no episode buffer at {folder}")
+    committed = _committed(folder)
+    for part, entry in committed:
+        _check_part(part, entry)
+    return [entry for _, entry in committed]
+
+
+def read_part_metadata(part: str | Path) -> dict[str, Any]:
+    """A part's schema version and the metadata given to `write_episodes`."""
+    meta = pq.read_schema(part).metadata or {}
+    out = json.loads(meta.get(_META_KEY, b"{}"))
+    out["schema_version"] = int(meta.get(SCHEMA_VERSION_KEY, b"0"))
+    return out
+
+
+def load_episode_dataset(directory: str | Path, **kwargs: Any) -> Any:
+    """The buffer as a Hugging Face `datasets.Dataset` (one row per episode), parts checked first.
+
+    Raises:
+        FileNotFoundError: the directory holds no parts.
+        BufferCorruptError: see `verify_buffer`.
+    """
+    import datasets
+
+    verify_buffer(directory)
+    parts = list_parts(directory)
+    if not parts:
+        raise FileNotFoundError(f"no {PART_GLOB} files in {directory}")
+    return datasets.load_dataset("parquet", data_files=[str(p) for p in parts], split="train", **kwargs)
+
+
+def remove_temp_files(directory: str | Path) -> list[Path]:
+    """Delete what killed writers leave: temp files, and parts the manifest does not list. Only call
+    it when no writer is running (a live writer's part is uncommitted for a moment)."""
+    folder = Path(directory)
+    removed = [p for p in folder.glob(".part-*.parquet.tmp-*") if p.is_file()]
+    removed += [p for p in folder.glob(f"{MANIFEST_NAME}.*.tmp") if p.is_file()]
+    entries = read_manifest(folder)
+    if entries is not None:
+        listed = {e.name for e in entries}
+        removed += [p for p in part_files(folder) if p.name not in listed]
+    for p in removed:
+        p.unlink(missing_ok=True)
+    return removed
+
+
+def rebuild_manifest(directory: str | Path) -> list[PartEntry]:
+    """Write a manifest listing every part file in `directory` as it is now (after checking that
+    each one reads with the episode schema): for buffers written before manifests existed, or to
+    accept the parts as they are after a manifest was lost.
+
+    Raises:
+        BufferCorruptError: a part does not read, or has the wrong column types.
+    """
+    folder = Path(directory)
+    entries = []
+    for part in part_files(folder):
+        table = _check_part(part, None)
+        size, sha256 = file_digest(part)
+        entries.append(PartEntry(name=part.name, rows=table.num_rows, bytes=size, sha256=sha256))
+    write_manifest(folder, entries)
+    return entries
