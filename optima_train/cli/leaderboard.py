@@ -87,7 +87,9 @@ def leaderboard(
     except OptimaError as error:
         err.print(f"[red]error:[/red] {escape(str(error))}")
         raise typer.Exit(2) from None
-    command = "optima leaderboard " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    args = sys.argv[1:]
+    args = args[1:] if args[:1] == ["leaderboard"] else args
+    command = "optima leaderboard " + " ".join(shlex.quote(a) for a in args)
     paths = write_reports(run.results, out, command=command)
     console.print(f"[bold]cells[/]: {len(run.computed)} computed, {len(run.derived)} derived (scaling), "
                   f"{len(run.cached)} cached; reports in {out} ({len(paths)} files)")
