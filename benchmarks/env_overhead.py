@@ -1,6 +1,6 @@
 """Env overhead per turn: microseconds spent inside `step` with a scripted policy.
 
-Target (issue 2): median under 200 us per turn, negligible next to a model call.
+Target: median under 200 us per turn, negligible next to a model call.
 Run: python benchmarks/env_overhead.py [--episodes 2000]
 """
 

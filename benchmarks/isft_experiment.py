@@ -1,4 +1,4 @@
-"""The issue-5 experiment: iSFT with SmolLM2-135M on `synth-hop-ia`.
+"""The iSFT experiment: SmolLM2-135M on `synth-hop-ia`.
 
 Reports held-out score and mean tokens per dialogue (95% bootstrap intervals, the same 200
 questions and evidence deals for every system) for:

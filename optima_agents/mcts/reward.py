@@ -49,7 +49,7 @@ def score_only_reward(dialogues: Sequence[FinishedDialogue]) -> list[tuple[float
 
 
 class OptimaTreeReward:
-    """The issue-5 Optima reward (`optima_train.rewards.compute_rewards`) with a fixed token scale.
+    """The Optima reward (`optima_train.rewards.compute_rewards`) with a fixed token scale.
 
     Args:
         weights: `RewardWeights` (default: the project's defaults).

@@ -265,10 +265,12 @@ def as_outcome(sample: Sample, position: int, instance_id: str) -> Outcome:
                    samples=())
 
 
-def check_positive(name: str, **values: int) -> None:
+def check_positive(name: str, *, minimum: int = 1, **values: int) -> None:
+    """Each value an int >= `minimum` (1: "a positive int")."""
+    wanted = "a positive int" if minimum == 1 else f"an int >= {minimum}"
     for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"system {name!r}: {key} must be a positive int, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(f"system {name!r}: {key} must be {wanted}, got {value!r}")
 
 
 def check_temperature(name: str, temperature: float) -> None:

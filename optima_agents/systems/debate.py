@@ -62,10 +62,7 @@ class MultiAgentDebate(System):
 
     def __post_init__(self) -> None:
         check_positive(self.name, agents=self.agents)
-        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 0:
-            from optima_envs.errors import ConfigError
-
-            raise ConfigError(f"system 'mad': rounds must be an int >= 0, got {self.rounds!r}")
+        check_positive(self.name, minimum=0, rounds=self.rounds)
         check_temperature(self.name, self.temperature)
 
     def run(self, context: SystemContext) -> list[Outcome]:

@@ -10,6 +10,7 @@ Layout under the output folder:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -20,9 +21,12 @@ from typing import Any, Mapping, Sequence
 
 from optima_agents.systems import Outcome, System
 from optima_train.evaluation import Interval, bootstrap_interval
-from optima_train.run_dir import atomic_write_json, atomic_write_text
+from optima_train.run_dir import atomic_write_json
 
-__all__ = ["Cell", "CellResult", "HeldOut", "ModelSpec", "summarize_outcomes"]
+__all__ = [
+    "Cell", "CellResult", "HeldOut", "ModelSpec", "append_partial", "read_cell", "read_partial", "summarize_outcomes",
+    "system_spec", "write_cell",
+]
 
 
 @dataclass(frozen=True)
@@ -82,17 +86,20 @@ class Cell:
     model: ModelSpec
     max_new_tokens: int = 128
 
+    @functools.cached_property
     def identity(self) -> dict[str, Any]:
+        """Everything that changes the cell's result; computed once (it stats the weight files)."""
         return {"system": self.system.name, "settings": self.system.settings(), "model": self.model.fingerprint(),
                 "heldout": self.heldout.describe(), "max_new_tokens": self.max_new_tokens}
 
+    @functools.cached_property
     def key(self) -> str:
-        text = json.dumps(self.identity(), sort_keys=True, default=str)
+        text = json.dumps(self.identity, sort_keys=True, default=str)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
     def path(self, root: Path) -> Path:
         label = re.sub(r"[^A-Za-z0-9._-]+", "_", self.model.label)
-        return Path(root) / "cells" / self.heldout.env_id / self.system.name / f"{label}-{self.key()}.json"
+        return Path(root) / "cells" / self.heldout.env_id / self.system.name / f"{label}-{self.key}.json"
 
     def partial_path(self, root: Path) -> Path:
         return self.path(root).with_suffix(".partial.jsonl")
@@ -154,7 +161,7 @@ def write_cell(cell: Cell, root: Path, outcomes: Sequence[Outcome], *, seconds: 
                derived_from: str | None = None) -> CellResult:
     """Store a finished cell atomically and drop its partial file."""
     ordered = tuple(sorted(outcomes, key=lambda o: o.position))
-    description = {**cell.identity(), "key": cell.key(), "label": cell.model.label,
+    description = {**cell.identity, "key": cell.key, "label": cell.model.label,
                    "system_spec": system_spec(cell.system), "seconds": round(seconds, 1),
                    "derived_from": derived_from, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
     summary = summarize_outcomes(ordered)
@@ -179,5 +186,3 @@ def system_spec(system: System) -> str:
                if getattr(system, f.name) != getattr(default, f.name)]
     return ":".join([system.name, *changed])
 
-
-__all__ += ["append_partial", "read_cell", "read_partial", "system_spec", "write_cell", "atomic_write_text"]

@@ -4,11 +4,10 @@ the Pareto front, and one curve per system whose k varies: inference-time scalin
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from optima_train.leaderboard.cells import CellResult
 from optima_train.run_dir import atomic_write_json, atomic_write_text
@@ -168,6 +167,3 @@ def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, comm
     written += [root / "leaderboard.md", root / "leaderboard.json"]
     return written
 
-
-def load_index(path: str | Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text(encoding="utf-8"))

@@ -219,7 +219,7 @@ def _prefix_source(cell: Cell, root: Path) -> CellResult | None:
     if not folder.is_dir():
         return None
     best = None
-    wanted = _as_stored(cell.identity())
+    wanted = _as_stored(cell.identity)
     for path in sorted(folder.glob("*.json")):
         result = read_cell(path)
         other = result.description
