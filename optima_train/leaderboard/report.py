@@ -4,12 +4,13 @@ the Pareto front, and one curve per system whose k varies: inference-time scalin
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from optima_train.leaderboard.cells import CellResult
+from optima_train.leaderboard.cells import CellResult, read_cell
 from optima_train.run_dir import atomic_write_json, atomic_write_text
 
 __all__ = ["Row", "pareto_front", "rows_of", "write_reports"]
@@ -135,35 +136,78 @@ def plot_task(rows: Sequence[Row], task: str, path: Path) -> None:
 
 
 def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, command: str = "") -> list[Path]:
-    """Write `leaderboard_<task>.md`, `plot_<task>.png`, `leaderboard.md` and `leaderboard.json`
-    into `output_dir`; returns the paths written."""
+    """Write `leaderboard_<task>.md` and `plot_<task>.png` for the tasks of `results`, and the
+    folder-wide `leaderboard.md` and `leaderboard.json`; returns the paths written.
+
+    The folder is the board: a call's cells replace the rows with the same task, system and
+    model, and the other rows stay (read back from their cell files), each with the command that
+    made it. So one task's rows may come from several calls (baselines from one, trained
+    checkpoints from another) and tasks run separately (200 questions here, 100 there) share one
+    cross-task table. A task's table holds one held-out set: rows of that task on another set
+    are dropped when a call brings a new one."""
     root = Path(output_dir)
-    rows = rows_of(results)
-    tasks = sorted({r.task for r in rows})
+    fresh = [(row, _index_entry(row, root, command)) for row in rows_of(results)]
+    replaced = {(e["task"], e["system"], e["model"]) for _, e in fresh}
+    held = {e["task"]: e["heldout"] for _, e in fresh}
+    kept = []
+    for entry in _read_index(root):
+        path = root / entry["cell"]
+        if (entry["task"], entry["system"], entry["model"]) in replaced or not path.is_file():
+            continue
+        row = Row(read_cell(path))
+        entry["heldout"] = row.result.description["heldout"]
+        if entry["task"] in held and entry["heldout"] != held[entry["task"]]:
+            continue
+        kept.append((row, entry))
+    board = kept + fresh
+    commands: dict[str, list[str]] = defaultdict(list)
+    for _, entry in board:
+        if entry["command"] and entry["command"] not in commands[entry["task"]]:
+            commands[entry["task"]].append(entry["command"])
     written = []
-    made_by = f"Made by: `{command}`\n\n" if command else ""
-    for task in tasks:
-        task_rows = [r for r in rows if r.task == task]
-        held = task_rows[0].result.description["heldout"]
-        header = (f"# Leaderboard: {task}\n\n{made_by}Held-out: {held['count']} questions from index "
-                  f"{held['first_index']}, evidence dealt by seed {held['seed']}+i, env v{held['env_version']}"
-                  f"{', ' + str(held['env_kwargs']) if held['env_kwargs'] else ''}. Score over scored questions; "
-                  "tokens are everything the model generated per question (all samples, rounds and turns). "
-                  "Infra and scoring failures are counted apart, never as wrong answers.\n\n")
+    for task in sorted(held):
+        task_rows = [row for row, entry in board if entry["task"] == task]
         path = root / f"leaderboard_{task}.md"
-        atomic_write_text(path, header + task_table(task_rows) + f"\n\n![{task}](plot_{task}.png)\n")
+        atomic_write_text(path, _task_header(task, task_rows, commands[task]) + task_table(task_rows)
+                          + f"\n\n![{task}](plot_{task}.png)\n")
         plot_task(task_rows, task, root / f"plot_{task}.png")
         written += [path, root / f"plot_{task}.png"]
-    overview = (f"# Leaderboard across tasks\n\n{made_by}Each cell: score / tokens per question.\n\n"
-                + cross_task_table(rows, tasks) + "\n")
+    tasks = sorted({entry["task"] for _, entry in board})
+    made_by = "".join(f"- {task}: " + "; ".join(f"`{c}`" for c in commands[task]) + "\n"
+                      for task in tasks if commands[task])
+    overview = ("# Leaderboard across tasks\n\n" + (f"Made by:\n{made_by}\n" if made_by else "")
+                + "Each cell: score / tokens per question.\n\n"
+                + cross_task_table([row for row, _ in board], tasks) + "\n")
     atomic_write_text(root / "leaderboard.md", overview)
-    index = [{"task": r.task, "system": r.system, "model": r.model, "score": r.result.summary["score"],
-              "tokens": r.result.summary["tokens"], "counts": {k: r.summary[k] for k in
-                                                               ("questions", "scored", "infra_failures",
-                                                                "scoring_failures")},
-              "cell": str(r.result.path.relative_to(root)) if r.result.path.is_relative_to(root) else str(r.result.path),
-              "key": r.result.description["key"]} for r in rows]
-    atomic_write_json(root / "leaderboard.json", {"command": command, "cells": index})
+    atomic_write_json(root / "leaderboard.json", {"cells": [entry for _, entry in board]})
     written += [root / "leaderboard.md", root / "leaderboard.json"]
     return written
 
+
+def _task_header(task: str, rows: Sequence[Row], commands: Sequence[str]) -> str:
+    held = rows[0].result.description["heldout"]
+    made_by = "Made by: " + "; ".join(f"`{c}`" for c in commands) + "\n\n" if commands else ""
+    return (f"# Leaderboard: {task}\n\n{made_by}Held-out: {held['count']} questions from index "
+            f"{held['first_index']}, evidence dealt by seed {held['seed']}+i, env v{held['env_version']}"
+            f"{', ' + str(held['env_kwargs']) if held['env_kwargs'] else ''}. Score over scored questions; "
+            "tokens are everything the model generated per question (all samples, rounds and turns). "
+            "Infra and scoring failures are counted apart, never as wrong answers.\n\n")
+
+
+def _index_entry(row: Row, root: Path, command: str) -> dict:
+    path = row.result.path
+    return {"task": row.task, "system": row.system, "model": row.model, "score": row.result.summary["score"],
+            "tokens": row.result.summary["tokens"],
+            "counts": {k: row.summary[k] for k in ("questions", "scored", "infra_failures", "scoring_failures")},
+            "cell": str(path.relative_to(root)) if path.is_relative_to(root) else str(path),
+            "key": row.result.description["key"], "heldout": row.result.description["heldout"], "command": command}
+
+
+def _read_index(root: Path) -> list[dict]:
+    """The entries of an existing `leaderboard.json` (an index written before entries carried
+    their command takes the file's top-level one)."""
+    path = root / "leaderboard.json"
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return [{"command": data.get("command", ""), **entry} for entry in data.get("cells", [])]

@@ -117,7 +117,53 @@ def test_reports(tmp_path, gold):
     assert "| cot | tiny |" in table and "| sc:k=2 | tiny |" in table and "Pareto" in table
     assert (tmp_path / "board" / "plot_synth-hop-ia.png").read_bytes()[:4] == b"\x89PNG"
     index = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
-    assert len(index["cells"]) == len(run.results) and index["command"] == "optima leaderboard ..."
+    assert len(index["cells"]) == len(run.results)
+    assert {c["command"] for c in index["cells"]} == {"optima leaderboard ..."}
+
+
+def test_separate_calls_share_one_board(tmp_path, gold):
+    """A call replaces the rows of its own task, system and model and keeps the others, each with
+    the command that made it; a new held-out set for a task drops that task's old rows."""
+    def index():
+        data = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
+        return sorted((c["task"], c["system"], c["command"]) for c in data["cells"])
+
+    hop = run_leaderboard(_config(tmp_path, systems=["cot", "mas"]), policy_factory=_factory(gold, []),
+                          log=lambda _: None)
+    write_reports(hop.results, tmp_path / "board", command="hop call")
+    arith = run_leaderboard(_config(tmp_path, tasks=["synth-arith-debate"], systems=["cot"], questions=3),
+                            policy_factory=lambda m: _Anything(), log=lambda _: None)
+    write_reports(arith.results, tmp_path / "board", command="arith call")
+    overview = (tmp_path / "board" / "leaderboard.md").read_text()
+    assert "| synth-arith-debate | synth-hop-ia |" in overview
+    assert "- synth-hop-ia: `hop call`" in overview and "- synth-arith-debate: `arith call`" in overview
+    assert index() == [("synth-arith-debate", "cot", "arith call"), ("synth-hop-ia", "cot", "hop call"),
+                       ("synth-hop-ia", "mas", "hop call")]
+
+    again = run_leaderboard(_config(tmp_path, systems=["cot"]), policy_factory=_factory(gold, []), log=lambda _: None)
+    write_reports(again.results, tmp_path / "board", command="hop again")
+    assert index() == [("synth-arith-debate", "cot", "arith call"), ("synth-hop-ia", "cot", "hop again"),
+                       ("synth-hop-ia", "mas", "hop call")]
+    table = (tmp_path / "board" / "leaderboard_synth-hop-ia.md").read_text()
+    assert "| mas | tiny |" in table and "`hop call`; `hop again`" in table
+
+    fewer = run_leaderboard(_config(tmp_path, systems=["cot"], questions=4), policy_factory=_factory(gold, []),
+                            log=lambda _: None)
+    write_reports(fewer.results, tmp_path / "board", command="hop on 4")
+    assert index() == [("synth-arith-debate", "cot", "arith call"), ("synth-hop-ia", "cot", "hop on 4")]
+
+
+class _Anything:
+    """Answers 7 to everything (the arithmetic board only needs some scored reply)."""
+
+    def with_sampling(self, sampling):
+        return self
+
+    def act(self, requests):
+        return [Action(text="<A>7</A>", token_ids=(1,)) for _ in requests]
+
+    def identity(self):
+        return {"backend": "scripted", "model": "seven"}
 
 
 def test_infra_failures_are_counted_apart(tmp_path, gold):

@@ -1,0 +1,145 @@
+"""A training result repeated over run seeds, put on the leaderboard beside the baselines.
+
+One run is not a result: this trains the same config with several run seeds (each in a fresh run
+directory, resumed if it exists), adds every iteration's checkpoint to a leaderboard as a `mas`
+cell on the same held-out questions as the untrained baselines, and reports each iteration as
+the mean over seeds with its spread, against the best untrained baseline on that board.
+
+    python benchmarks/training_repeats.py                     # iSFT, synth-hop experiment, seeds 1,2,3
+    python benchmarks/training_repeats.py --seeds 1,2,3,4 --iterations 2
+
+The board's baselines come from its own command (`optima leaderboard ... --out BOARD`, quoted in
+`BOARD/leaderboard.md`); this script reads them and never recomputes them. Checkpoint cells use
+the same held-out set and settings as that board, so they are cached like any cell.
+
+Writes `benchmarks/results/<name>.json` and `.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._results import RESULTS, write_result  # noqa: E402
+
+BOARD = "benchmarks/results/leaderboard_synth_hop_experiment"
+CONFIG = "configs/isft/synth_hop_experiment.yaml"
+# The held-out set of the board: the experiment config's task on its validation split.
+TASK = "synth-hop-ia"
+TASK_KWARGS = {"split": "validation", "hops": 2, "distractors": 0, "comparison_rate": 0.5}
+BASELINES = ("cot", "sc", "mad", "autoform", "mas", "mas-sc")
+
+
+def train(method: str, config: str, seed: int, iterations: int, run_dir: Path, sets: Sequence[str]) -> None:
+    """One resumable training run (`optima train`); its own evaluation is kept small, since the
+    board evaluates every checkpoint on the fixed held-out set."""
+    cmd = [str(Path(sys.executable).with_name("optima")), "train", method, "--config", config,
+           "--iterations", str(iterations), "--output-dir", str(run_dir), "--set", f"run.seed={seed}",
+           "--set", "eval.baseline=false", "--set", "eval.episodes=20", "--set", "run.progress=false"]
+    for item in sets:
+        cmd += ["--set", item]
+    subprocess.run(cmd, cwd=ROOT, check=True)
+
+
+def summarize(values: Sequence[float]) -> dict[str, Any]:
+    """Mean over seeds, sample standard deviation and range (the spread of the runs)."""
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "min": min(values), "max": max(values), "runs": list(values)}
+
+
+def best_baseline(index: Sequence[dict[str, Any]], base_label: str) -> dict[str, Any]:
+    """The highest-scoring untrained baseline cell of the board (ties: fewer tokens)."""
+    rows = [c for c in index if c["model"] == base_label and c["system"].split(":")[0] in BASELINES]
+    if not rows:
+        raise SystemExit(f"the board has no baseline cells for model {base_label!r}: run its leaderboard first")
+    return max(rows, key=lambda c: (c["score"]["mean"], -c["tokens"]["mean"]))
+
+
+def report(rows: list[dict[str, Any]], best: dict[str, Any], header: str) -> str:
+    lines = [header, "",
+             f"Best untrained baseline on the board: `{best['system']}` {best['score']['mean']:.3f} at "
+             f"{best['tokens']['mean']:.1f} tokens per question.", "",
+             "| system | runs | score: mean ± std (min–max) | tokens: mean ± std (min–max) | score / best baseline "
+             "| tokens / best baseline |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        s, t = r["score"], r["tokens"]
+        lines.append(f"| {r['system']} | {len(s['runs'])} | {s['mean']:.3f} ± {s['std']:.3f} ({s['min']:.3f}–{s['max']:.3f}) "
+                     f"| {t['mean']:.1f} ± {t['std']:.1f} ({t['min']:.1f}–{t['max']:.1f}) | "
+                     f"{r['score_ratio']:.2f}x | {r['token_ratio']:.2f}x |")
+    lines += ["", "Per run (score [95% CI] / tokens per question):", ""]
+    for r in rows:
+        for cell in r["cells"]:
+            lines.append(f"- {cell['model']}: {cell['score']['mean']:.3f} [{cell['score']['low']:.3f}, "
+                         f"{cell['score']['high']:.3f}] / {cell['tokens']['mean']:.1f}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--method", default="isft")
+    parser.add_argument("--config", default=CONFIG)
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--iterations", type=int, default=1)
+    parser.add_argument("--runs", default="runs/isft/synth_hop_experiment_seed{seed}",
+                        help="Run directory per seed ({seed} is replaced).")
+    parser.add_argument("--set", dest="sets", action="append", default=[], help="Extra config override.")
+    parser.add_argument("--board", default=BOARD)
+    parser.add_argument("--base-label", default="smollm2-135m")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--questions", type=int, default=200)
+    parser.add_argument("--name", default="training_repeats_isft_synth_hop")
+    args = parser.parse_args()
+
+    from optima_train.leaderboard import LeaderboardConfig, run_leaderboard, write_reports
+    from optima_train.run_dir import RunDir
+
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if len(seeds) < 2:
+        raise SystemExit("a repeated result needs at least two seeds (three or more to report a spread)")
+    models = []
+    for seed in seeds:
+        run_dir = ROOT / args.runs.format(seed=seed)
+        train(args.method, args.config, seed, args.iterations, run_dir, args.sets)
+        for it in range(args.iterations):
+            checkpoint = RunDir(run_dir).checkpoint(it)
+            models.append(f"{args.method}-it{it}-seed{seed}={checkpoint}")
+    config = LeaderboardConfig(tasks=[TASK], systems=["mas"], models=models, backend="vllm", questions=args.questions,
+                               max_new_tokens=args.max_new_tokens, max_turns=args.max_turns,
+                               env_kwargs={TASK: TASK_KWARGS}, output_dir=str(ROOT / args.board))
+    run = run_leaderboard(config)
+    command = "python benchmarks/training_repeats.py " + " ".join(sys.argv[1:])
+    write_reports(run.results, ROOT / args.board, command=command)
+
+    index = json.loads((ROOT / args.board / "leaderboard.json").read_text())["cells"]
+    best = best_baseline(index, args.base_label)
+    rows = []
+    for it in range(args.iterations):
+        cells = [c for c in index if c["system"] == "mas" and c["model"] in
+                 {f"{args.method}-it{it}-seed{seed}" for seed in seeds}]
+        score = summarize([c["score"]["mean"] for c in cells])
+        tokens = summarize([c["tokens"]["mean"] for c in cells])
+        rows.append({"system": f"{args.method} iteration {it}", "score": score, "tokens": tokens, "cells": cells,
+                     "score_ratio": score["mean"] / best["score"]["mean"] if best["score"]["mean"] else float("nan"),
+                     "token_ratio": tokens["mean"] / best["tokens"]["mean"]})
+    header = (f"# {args.method} on {TASK} {TASK_KWARGS}, repeated over run seeds {seeds}\n\n"
+              f"Made by: `{command}` (config `{args.config}`, {args.iterations} iteration(s) per run). Each run is "
+              f"evaluated as a `mas` cell of `{args.board}` ({args.questions} held-out questions, "
+              f"{args.max_new_tokens} tokens per reply, {args.max_turns} turns, greedy): the same questions and "
+              "evidence deals as the baselines.")
+    (RESULTS / f"{args.name}.md").write_text(report(rows, best, header))
+    write_result(args.name, {"command": command, "config": args.config, "seeds": seeds, "task": TASK,
+                             "task_kwargs": TASK_KWARGS, "board": args.board, "best_baseline": best, "rows": rows})
+    print((RESULTS / f"{args.name}.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
