@@ -44,3 +44,17 @@ _DATASET_TASKS = (
 for _name, _module, _family, _description in _DATASET_TASKS:
     register(EnvSpec(name=_name, version=2, entry_point=f"optima_envs.tasks.{_module}:make_task", family=_family,
                      description=_description, changes=_CHANGES))
+
+# Multi-agent games: a fixed seat per agent, scored by the game's own rules.
+register(EnvSpec(
+    name="referential-game", version=1, entry_point="optima_envs.tasks.referential:make_task", family="game",
+    description="Speaker sees the target among 4-6 invented objects; listener picks it from its own shuffled, "
+                "relabelled view (1 for the target, else 0).",
+    changes={1: "first release"},
+))
+register(EnvSpec(
+    name="negotiation-game", version=1, entry_point="optima_envs.tasks.negotiation:make_task", family="game",
+    description="Two agents split a pool of items with private values by propose/accept moves (joint "
+                "normalised utility of the deal; 0 without one).",
+    changes={1: "first release"},
+))

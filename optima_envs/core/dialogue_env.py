@@ -25,11 +25,19 @@ from optima_envs.errors import (
     InvalidActionError,
     InvalidSnapshotError,
     ResetNeededError,
+    ScoringError,
 )
 from optima_envs.prompts.format_pool import FORMAT_POOL
 from optima_envs.scoring.result import score_response
 
 DEFAULT_AGENT_NAMES = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
+
+#: The infos keys the env writes itself; a task's `DialogueOutcome.details` may not reuse them.
+RESERVED_INFO_KEYS = frozenset({
+    "turn", "speaker", "next_speaker", "instance_id", "message_tokens", "tokens_exact", "agent_tokens",
+    "total_tokens", "message_truncated", "message_repaired", "message_answer", "end_reason", "tokens",
+    "answer", "gold", "score", "score_ok", "score_error",
+})
 
 
 class DialogueEnv(ParallelEnv):
@@ -51,7 +59,8 @@ class DialogueEnv(ParallelEnv):
 
     ## Rewards
     0 on every turn; at the end every agent gets the task score of the final answer (the
-    agents cooperate). On a scoring failure (a metric that could not score) the reward is 0
+    agents cooperate), or of the whole dialogue for a task with `score_dialogue` (a game).
+    On a scoring failure (a metric that could not score) the reward is 0
     and `infos[agent]["score_ok"]` is False with the error, so evaluators can drop the episode
     instead of counting it wrong.
 
@@ -71,12 +80,13 @@ class DialogueEnv(ParallelEnv):
     Each step, for every agent: `turn`, `speaker`, `message_tokens`, `tokens_exact`,
     `agent_tokens` (this agent's running total), `total_tokens`, `message_truncated`,
     `message_repaired`, `message_answer`. At the end also: `end_reason`, `score`, `score_ok`, `score_error`,
-    `tokens` (the dialogue total), `answer`, `gold`. No wall-clock values.
+    `tokens` (the dialogue total), `answer`, `gold`, and a `score_dialogue` task's own
+    details (e.g. each agent's utility in a game). No wall-clock values.
 
     ## Arguments
-    task, env_id, version, num_agents (>= 2), agent_names, max_turns, tokenizer (HF tokenizer,
-    callable, or None for a built-in word counter), max_message_chars, render_mode
-    ("human", "ansi" or None), format_pool.
+    task, env_id, version, num_agents (>= 2, or the task's fixed `num_agents`), agent_names,
+    max_turns, tokenizer (HF tokenizer, callable, or None for a built-in word counter),
+    max_message_chars, render_mode ("human", "ansi" or None), format_pool.
     """
 
     metadata = {"render_modes": ["human", "ansi"], "name": "dialogue", "is_parallelizable": True}
@@ -103,6 +113,9 @@ class DialogueEnv(ParallelEnv):
             )
         if len(names) < 2 or len(set(names)) != len(names):
             raise ConfigError(f"agent_names must be at least two distinct names, got {list(names)}")
+        if task.num_agents is not None and len(names) != task.num_agents:
+            raise ConfigError(f"{task.name} is played by exactly {task.num_agents} agents (one per seat), "
+                              f"got {len(names)}: {list(names)}; pass num_agents={task.num_agents}")
         if max_turns is not None and max_turns < 1:
             raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
         if max_message_chars < 1:
@@ -303,11 +316,29 @@ class DialogueEnv(ParallelEnv):
         return message, new_state
 
     def _score(self, state: DialogueState) -> dict[str, Any]:
-        """Score the last message that gave an answer (none: the empty text, a wrong answer)."""
+        """Score the last message that gave an answer (none: the empty text, a wrong answer), or
+        the whole dialogue when the task has `score_dialogue`."""
+        if self.task.score_dialogue is not None:
+            return self._score_dialogue(state)
         final = next((m.text for m in reversed(state.messages) if m.answer is not None), "")
         result = score_response(final, state.instance, extractor=self.task.extract, metric=self.task.metric)
         return {"answer": result.answer, "gold": instance_gold_for_info(state.instance),
                 "score": result.score, "score_ok": result.ok, "score_error": result.error}
+
+    def _score_dialogue(self, state: DialogueState) -> dict[str, Any]:
+        """As `score_response` does for one answer: a ScoringError is a recorded failure."""
+        gold = instance_gold_for_info(state.instance)
+        try:
+            outcome = self.task.score_dialogue(state.instance, tuple(self.possible_agents), state.messages)
+        except (ScoringError, TimeoutError) as error:
+            return {"answer": None, "gold": gold, "score": None, "score_ok": False,
+                    "score_error": f"{type(error).__name__}: {error}"}
+        clash = sorted(RESERVED_INFO_KEYS & set(outcome.details))
+        if clash:
+            raise ConfigError(f"{self.task.name}: score_dialogue details use the env's own infos keys {clash}; "
+                              "rename them")
+        return {**outcome.details, "answer": outcome.answer, "gold": gold, "score": float(outcome.score),
+                "score_ok": True, "score_error": None}
 
     def observations_for(self, state: DialogueState) -> dict[str, dict[str, Any]]:
         """Every agent's observation of a state (what `reset`/`step` return), e.g. after `restore`."""

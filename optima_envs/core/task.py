@@ -3,8 +3,8 @@ answer extractor, metric and termination rule. The env runs any such composition
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -35,6 +35,25 @@ Metric = Callable[[str, TaskInstance], float]
 TerminationRule = Callable[[Sequence[Message], Message], "str | None"]
 """Given the earlier messages and the new one, returns the name of the rule that ends the
 dialogue (recorded in infos as `end_reason`), or None to continue."""
+
+
+@dataclass(frozen=True)
+class DialogueOutcome:
+    """A whole dialogue's result, for tasks whose score is not the last answer's alone (a game
+    whose outcome depends on who proposed what, and who accepted).
+
+    `answer` is what the dialogue settled on as text (None: nothing); `details` are extra
+    task-specific infos (e.g. each agent's utility), added to the final infos beside `score`.
+    """
+
+    score: float
+    answer: str | None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+DialogueScorer = Callable[[TaskInstance, Sequence[str], Sequence[Message]], DialogueOutcome]
+"""Scores an ended dialogue from the instance, the agent names in seat order and every message
+(with the answers the task's extractor read); raises ScoringError if it cannot."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +96,11 @@ class Task:
     termination: TerminationRule
     answer_format: str
     max_turns: int = 10
+    score_dialogue: DialogueScorer | None = None
+    """None: the last answer given is scored with `metric`; set: the whole dialogue is scored
+    with it (`metric` then scores one answer alone, e.g. for single-agent baselines)."""
+    num_agents: int | None = None
+    """A fixed number of agents (a game with one seat per role), or None for any number >= 2."""
 
 
 def instance_gold_for_info(instance: TaskInstance) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-Family = Literal["ia", "debate"]
+Family = Literal["ia", "debate", "game"]
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
 """The conformance suite: every registered id passes PettingZoo's tests and ours."""
 
+import re
+
 import pytest
 from pettingzoo.test import parallel_seed_test
 
 import optima_envs
+from optima_envs.errors import ConfigError
 from optima_envs.test import check_parallel_api, check_seed_determinism, check_snapshot_roundtrip
 
 from tests.envs.env_kwargs import env_kwargs
@@ -27,6 +30,11 @@ class TestEveryEnv:
             check_snapshot_roundtrip(optima_envs.make(env_id, **env_kwargs(env_id)), at_turn=turn)
 
     def test_three_agents(self, env_id):
+        seats = optima_envs.make(env_id, **env_kwargs(env_id)).task.num_agents
+        if seats not in (None, 3):  # a game declares its number of seats and refuses any other
+            with pytest.raises(ConfigError, match=re.escape(f"is played by exactly {seats} agents")):
+                optima_envs.make(env_id, num_agents=3, **env_kwargs(env_id))
+            return
         env = optima_envs.make(env_id, num_agents=3, **env_kwargs(env_id))
         check_parallel_api(env)
         env.reset(seed=3)

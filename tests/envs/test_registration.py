@@ -44,6 +44,8 @@ class TestMake:
 
     def test_every_env_is_at_version_2_after_the_scoring_change(self):
         for name in optima_envs.list_envs():
+            if optima_envs.spec(name).family == "game":  # released after the change, at version 1
+                continue
             assert optima_envs.spec(name).version == 2 and "last non-empty answer" in optima_envs.spec(name).changes[2]
         with pytest.raises(DeprecatedEnvError, match=re.escape("use 'hotpotqa-ia-v2' instead")):
             optima_envs.make("hotpotqa-ia-v1")
