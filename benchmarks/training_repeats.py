@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import RESULTS, write_result  # noqa: E402
 
-BOARD = "benchmarks/results/leaderboard_synth_hop_experiment"
+BOARD = "benchmarks/results/leaderboard"
 CONFIG = "configs/isft/synth_hop_experiment.yaml"
 # The held-out set of the board: the experiment config's task on its validation split.
 TASK = "synth-hop-ia"

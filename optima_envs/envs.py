@@ -13,12 +13,12 @@ _CHANGES = {1: "first release", 2: _V2}
 register(EnvSpec(
     name="synth-hop-ia", version=2, entry_point="optima_envs.tasks.synth_hop:make_task", family="ia",
     description="Invented-world two/three-hop and comparison questions; facts split between agents (token F1).",
-    changes=_CHANGES,
+    changes=_CHANGES, heldout_kwargs={"split": "validation"},
 ))
 register(EnvSpec(
     name="synth-arith-debate", version=2, entry_point="optima_envs.tasks.synth_arith:make_task", family="debate",
     description="Multi-step arithmetic word problems, solver + critic debate (numeric exact match).",
-    changes=_CHANGES,
+    changes=_CHANGES, heldout_kwargs={"split": "validation"},
 ))
 
 # The paper's eight tasks, on the datasets' original release files or the hub's rows
@@ -41,20 +41,27 @@ _DATASET_TASKS = (
     ("mmlu-debate", "mmlu", "debate",
      "MMLU, 57 subjects, 4 options, solver + critic debate, <A>letter</A> (exact match on the option)."),
 )
+# The questions each task is judged on: the held-out split of its shipped training configs
+# (`task.eval_env_kwargs`): the test split where the release labels it, else validation (dev).
+_HELDOUT = {
+    "hotpotqa-ia": {"split": "validation"}, "2wikimqa-ia": {"split": "validation"},
+    "triviaqa-ia": {"split": "validation"}, "cbt-ia": {"split": "validation"}, "gsm8k-debate": {"split": "test"},
+    "math-debate": {"split": "test", "subset": "math500"}, "arc-debate": {"split": "test"}, "mmlu-debate": {"split": "test"},
+}
 for _name, _module, _family, _description in _DATASET_TASKS:
     register(EnvSpec(name=_name, version=2, entry_point=f"optima_envs.tasks.{_module}:make_task", family=_family,
-                     description=_description, changes=_CHANGES))
+                     description=_description, changes=_CHANGES, heldout_kwargs=_HELDOUT[_name]))
 
 # Multi-agent games: a fixed seat per agent, scored by the game's own rules.
 register(EnvSpec(
     name="referential-game", version=1, entry_point="optima_envs.tasks.referential:make_task", family="game",
     description="Speaker sees the target among 4-6 invented objects; listener picks it from its own shuffled, "
                 "relabelled view (1 for the target, else 0).",
-    changes={1: "first release"},
+    changes={1: "first release"}, heldout_kwargs={"split": "validation"},
 ))
 register(EnvSpec(
     name="negotiation-game", version=1, entry_point="optima_envs.tasks.negotiation:make_task", family="game",
     description="Two agents split a pool of items with private values by propose/accept moves (joint "
                 "normalised utility of the deal; 0 without one).",
-    changes={1: "first release"},
+    changes={1: "first release"}, heldout_kwargs={"split": "validation"},
 ))

@@ -50,6 +50,10 @@ class EnvSpec:
     family: str
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     changes: Mapping[int, str] = field(default_factory=dict)
+    heldout_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """`make()` kwargs of the questions a model is judged on (e.g. `{"split": "test"}`): what the
+    leaderboard plays unless told otherwise, so a board never scores a checkpoint on the split
+    it was trained on."""
 
     def __post_init__(self) -> None:
         parse_env_id(self.name)

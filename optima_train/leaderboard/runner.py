@@ -47,7 +47,8 @@ PolicyFactory = Callable[[ModelSpec], Any]
 class LeaderboardConfig:
     """What to compare and on which questions.
 
-    tasks: env ids. systems: system specs (`cot`, `sc:k=4`, ...). models: `label=model` or a
+    tasks: env ids, each played on its registered held-out split unless env_kwargs names
+    another. systems: system specs (`cot`, `sc:k=4`, ...). models: `label=model` or a
     model (its own label); a model is a registry name, a folder (e.g. a trained checkpoint: a
     transfer cell is a checkpoint of one task on another task) or a hub id, or a served name on
     the openai backend. env_kwargs: per task, extra `optima_envs.make` kwargs (e.g. data_dir).
@@ -94,7 +95,11 @@ class LeaderboardConfig:
             make_system(spec)
 
     def task_kwargs(self, task: str) -> dict[str, Any]:
-        kwargs = dict(self.env_kwargs.get(task, {}))
+        """The task's `make()` kwargs: its registered held-out split (`EnvSpec.heldout_kwargs`),
+        then this board's own settings over it."""
+        import optima_envs
+
+        kwargs = {**optima_envs.spec(task).heldout_kwargs, **self.env_kwargs.get(task, {})}
         if self.max_turns is not None:
             kwargs["max_turns"] = self.max_turns
         return kwargs

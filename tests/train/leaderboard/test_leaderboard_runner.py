@@ -43,7 +43,7 @@ def gold():
     from optima_agents.systems import heldout_questions
 
     return {q.instance.question: q.instance.gold_text
-            for q in heldout_questions("synth-hop-ia", {}, count=6, seed=1_000_000)}
+            for q in heldout_questions("synth-hop-ia", {"split": "validation"}, count=6, seed=1_000_000)}
 
 
 def _config(tmp_path, **kwargs):
@@ -215,3 +215,12 @@ def test_the_command_on_the_embedded_model(tmp_path, embedded_model_dir):
     board = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
     assert {c["system"] for c in board["cells"]} == {"cot", "mas"}
     assert all(c["counts"]["questions"] == 2 and c["tokens"]["mean"] > 0 for c in board["cells"])
+
+
+def test_tasks_are_played_on_their_heldout_split(tmp_path):
+    """A board never plays a task's training split unless told to."""
+    cells = plan_cells(_config(tmp_path, tasks=["synth-hop-ia", "gsm8k-debate"], systems=["cot"]))
+    assert {c.heldout.env_id: c.heldout.env_kwargs["split"] for c in cells} == {
+        "synth-hop-ia": "validation", "gsm8k-debate": "test"}
+    told = plan_cells(_config(tmp_path, systems=["cot"], env_kwargs={"synth-hop-ia": {"split": "train"}}))
+    assert told[0].heldout.env_kwargs["split"] == "train"
