@@ -42,6 +42,10 @@ class ConfigError(OptimaError, ValueError):
     """Raised when an env, task or trainer option has an impossible value."""
 
 
+class PluginError(ConfigError):
+    """Raised when an installed plug-in (an entry point) cannot be imported or is not what its registry takes."""
+
+
 class DataError(OptimaError, ValueError):
     """Raised when a dataset file is missing or a row is malformed (names file and line/row)."""
 

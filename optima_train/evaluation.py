@@ -95,17 +95,16 @@ def summarize(records: Sequence[Any], *, env_id: str = "", env_kwargs: Mapping[s
 def build_policy(backend: str, model: str, sampling: Any, *, dtype: str | None = "bfloat16",
                  batch_size: int | None = None, device: str | None = None,
                  backend_kwargs: Mapping[str, Any] | None = None) -> Any:
-    """A policy for `model` on a backend ("hf", "vllm" or "openai", via `optima_agents.policies.make_policy`;
-    `backend_kwargs` may hold `base_urls` for "openai" and engine options for "vllm")."""
+    """A policy for `model` on any registered backend (`optima_agents.policies.make_policy`).
+
+    `dtype`, `batch_size` and `device` reach the backends that declare them (`BackendSpec.options`);
+    `backend_kwargs` go to the backend as they are (e.g. `base_urls` for "openai", engine options
+    for "vllm").
+    """
     from optima_agents.policies import make_policy
 
-    kwargs = dict(backend_kwargs or {})
-    if backend == "openai":
-        dtype = None
-    if backend == "hf" and device is not None:
-        kwargs["device"] = device
-    return make_policy(backend, model, sampling=sampling, dtype=dtype,
-                       batch_size=batch_size if backend == "hf" else None, **kwargs)
+    return make_policy(backend, model, sampling=sampling, dtype=dtype, batch_size=batch_size, device=device,
+                       **dict(backend_kwargs or {}))
 
 
 def eval_specs(episodes: int, *, seed: int = 0, first_index: int = 0, options: Mapping[str, Any] | None = None) -> list:
@@ -138,7 +137,7 @@ def evaluate(policy: Any, env_id: str, *, env_kwargs: Mapping[str, Any] | None =
         policy = build_policy("hf", policy, SamplingParams(temperature=0.0))
     engine = RolloutEngine(env_id, policy, env_kwargs=dict(env_kwargs or {}), max_live=max_live, progress=progress)
     records = engine.run(eval_specs(episodes, seed=seed, first_index=first_index, options=options))
-    identity = policy.identity() if hasattr(policy, "identity") else {}
+    identity = policy.identity()
     result = summarize(records, env_id=env_id, env_kwargs=env_kwargs, model=model_name or str(identity.get("model", "")),
                        sampling=identity.get("sampling", {}))
     return result, records

@@ -12,9 +12,16 @@ for every loop, so a new algorithm only writes its steps:
   the next model loads or training starts) and of the frozen readability reference;
 - the run summary (`summary.json`) and its TensorBoard scalars.
 
-A subclass sets `STEPS` (the steps that finish an iteration), `SAMPLER` (the config section with
-`backend`, `batch_size`, `backend_kwargs` and `max_turns`), `SCALARS` (summary keys plotted in
-TensorBoard) and `NAME`, and implements `_iteration(it)` and `model_after(it)`.
+- one iteration (`_iteration`): its `STEPS` in order, the held-out evaluation when due, the
+  iteration's `metrics.json`, the run summary and the console line;
+- the held-out evaluation (`_evaluation`, `evaluate_model`) and the choice of the weights a
+  training step starts from (`_training_init`).
+
+A subclass sets `STEPS` (the steps that finish an iteration; step `x` is the method
+`_x(folder, it)`), `SAMPLER` (the config section with `backend`, `batch_size`, `backend_kwargs`
+and `max_turns`), `SCALARS` (summary keys plotted in TensorBoard) and `NAME`, and implements the
+step methods, `model_after(it)`, `_eval_sampling()`, `_summary(it, info)` (its own summary keys)
+and `_summary_detail(summary)` (its part of the console line).
 """
 
 from __future__ import annotations
@@ -22,13 +29,13 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
 
 from optima_envs.errors import ConfigError
 from optima_train.config_io import config_to_dict
 from optima_train.run_dir import RunDir, atomic_write_json, read_json
 
-__all__ = ["IterativeTrainer", "PolicyFactory", "StepHook"]
+__all__ = ["IterativeTrainer", "PolicyFactory", "StepHook", "log_scalars"]
 
 PolicyFactory = Callable[[str, Any], Any]
 """Builds a policy from (model folder or name, SamplingParams). None: from the config's backend."""
@@ -72,12 +79,25 @@ class IterativeTrainer:
         self.steps_run: list[tuple[int | str, str]] = []
 
     # ------------------------------------------------------------------ to implement
-    def _iteration(self, it: int) -> dict[str, Any]:
-        raise NotImplementedError
-
     def model_after(self, it: int) -> str:
         """The model iteration `it` produced."""
         raise NotImplementedError
+
+    def _eval_sampling(self) -> Any:
+        """The `SamplingParams` of held-out evaluations."""
+        raise NotImplementedError
+
+    def _summary(self, it: int, info: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """The loop's own summary keys of iteration `it`, from its steps' DONE infos."""
+        raise NotImplementedError
+
+    def _summary_detail(self, summary: Mapping[str, Any]) -> str:
+        """The loop's own part of the console line (between the held-out figures and the loss)."""
+        raise NotImplementedError
+
+    def _eval_max_live(self) -> int | None:
+        """The most evaluation episodes in flight (None: all)."""
+        return None
 
     def _first_train_index(self) -> int:
         return self.config.task.train_first_index
@@ -178,6 +198,36 @@ class IterativeTrainer:
     def _evaluates(self, it: int) -> bool:
         return (it + 1) % self.config.eval.every == 0 or it == self.config.run.iterations - 1
 
+    def _iteration(self, it: int) -> dict[str, Any]:
+        """Run iteration `it`'s steps (and its evaluation when due), then write its summaries."""
+        info: dict[str, dict[str, Any]] = {}
+        for step in self.STEPS:
+            info[step] = self._step(it, step, self._step_fn(step, it))
+        if self._evaluates(it):
+            info["evaluation"] = self._step(it, "evaluation", lambda f: self._evaluation(f, self.model_after(it)))
+        ev = info.get("evaluation")
+        summary = {
+            "iteration": it,
+            "heldout_score": ev["score"]["mean"] if ev else None,
+            "heldout_score_ci": [ev["score"]["low"], ev["score"]["high"]] if ev else None,
+            "heldout_tokens": ev["tokens"]["mean"] if ev else None,
+            "heldout_tokens_ci": [ev["tokens"]["low"], ev["tokens"]["high"]] if ev else None,
+            **self._summary(it, info),
+            "checkpoint": self.model_after(it),
+            "seconds": {k: v.get("seconds") for k, v in info.items()},
+        }
+        atomic_write_json(self.run_dir.stage_dir(it) / "metrics.json",
+                          {"iteration": it, "summary": summary, "steps": info})
+        self._write_run_summary(it, summary)
+        self.console.print(self._summary_line(summary))
+        return summary
+
+    def _step_fn(self, step: str, it: int) -> Callable[[Path], dict[str, Any]]:
+        method = getattr(self, f"_{step}", None)
+        if not callable(method):
+            raise TypeError(f"{type(self).__name__} lists step {step!r} in STEPS but has no method _{step}(folder, it)")
+        return lambda folder: method(folder, it)
+
     def _step(self, stage: int | str, step: str, fn: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
         """Run `fn(folder)` as step `step` of `stage` unless it is done; its info plus `seconds`
         is written to `DONE.json` last, so a killed step reruns from scratch."""
@@ -194,26 +244,60 @@ class IterativeTrainer:
             self._on_step_done(stage, step, info)
         return info
 
-    def _evaluation(self, folder: Path, model: str) -> dict[str, Any]:
-        raise NotImplementedError
+    def evaluate_model(self, model: str, stage: str, *, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Evaluate any model on this run's held-out set as a resumable step `<run>/<stage>/evaluation`
+        (e.g. the starting model with a "be concise" instruction: `options={"format_instruction": ...}`)."""
+        with self.run_dir.lock():
+            return self._step(stage, "evaluation", lambda f: self._evaluation(f, model, options))
+
+    def _evaluation(self, folder: Path, model: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Greedy held-out dialogues of `model` (the same questions and seeds for every model)."""
+        from optima_train.buffers import write_episodes
+        from optima_train.evaluation import evaluate
+
+        cfg = self.config
+        policy = self._policy_for(model, self._eval_sampling())
+        result, records = evaluate(policy, cfg.task.env_id, env_kwargs=self._env_kwargs(cfg.task.eval_kwargs()),
+                                   episodes=cfg.eval.episodes, first_index=cfg.task.eval_first_index,
+                                   seed=cfg.run.seed + 1_000_000, options=options, max_live=self._eval_max_live(),
+                                   progress=cfg.run.progress, model_name=model)
+        write_episodes(folder / "episodes", records, metadata={"writer": self.NAME})
+        info = {**result.to_dict(), "options": dict(options or {})}
+        atomic_write_json(folder / "metrics.json", info)
+        return info
 
     # ------------------------------------------------------------------ models
     def model_before(self, it: int) -> str:
         """The model that generates iteration `it`'s data."""
         return self.base_model if it == 0 else self.model_after(it - 1)
 
+    def _training_init(self, it: int) -> str:
+        """The weights iteration `it` trains from: the previous iteration's (`train.init: previous`)
+        or the starting model's (`train.init: base`)."""
+        return self.model_before(it) if self.config.train.init == "previous" else self.base_model
+
+    def _unchanged(self, it: int, why: str) -> None:
+        """Say that iteration `it` does not train, and why."""
+        self.console.print(f"[yellow]iter {it}: {why}; the model is unchanged[/]")
+
     def close(self) -> None:
         """Release the generation backend now (a vLLM engine's processes and memory) rather than at
-        garbage collection; the trainer stays usable. Policies without `close` are just dropped."""
-        if self._policy is not None and callable(getattr(self._policy[1], "close", None)):
+        garbage collection; the trainer stays usable. A policy that declares no `close` capability
+        is just dropped."""
+        from optima_agents.policies import capabilities_of
+
+        if self._policy is not None and capabilities_of(self._policy[1]).close:
             self._policy[1].close()
         self._policy = None
 
     def _policy_for(self, model: str, sampling: Any) -> Any:
-        """The policy for `model` with `sampling`, reusing the loaded backend when it holds `model`."""
+        """The policy for `model` with `sampling`, reusing the loaded backend when it holds `model`
+        and declares `with_sampling`."""
+        from optima_agents.policies import capabilities_of
+
         if self._policy_factory is not None:
             return self._policy_factory(model, sampling)
-        if self._policy is not None and self._policy[0] == model and hasattr(self._policy[1], "with_sampling"):
+        if self._policy is not None and self._policy[0] == model and capabilities_of(self._policy[1]).with_sampling:
             return self._policy[1].with_sampling(sampling)
         from optima_train.evaluation import build_policy
 
@@ -250,9 +334,27 @@ class IterativeTrainer:
         done = self.run_dir.is_done("baseline", "evaluation")
         atomic_write_json(path, {"baseline": self.run_dir.done_info("baseline", "evaluation") if done else None,
                                  "iterations": rows})
-        from torch.utils.tensorboard import SummaryWriter
+        log_scalars(self.run_dir.root, self.NAME, [(it, summary)], self.SCALARS)
 
-        with SummaryWriter(log_dir=str(self.run_dir.root / "tensorboard")) as writer:
-            for key in self.SCALARS:
-                if summary.get(key) is not None:
-                    writer.add_scalar(f"{self.NAME}/{key}", float(summary[key]), it)
+    def _summary_line(self, s: Mapping[str, Any]) -> str:
+        secs = " ".join(f"{k[:6]} {v:.0f}s" for k, v in s["seconds"].items() if v is not None)
+        return (f"[bold green]iter {s['iteration']}[/] held-out score {self._fmt(s['heldout_score'])} | "
+                f"tokens {self._fmt(s['heldout_tokens'], '.1f')} | {self._summary_detail(s)} | "
+                f"train loss {self._fmt(s['train_loss'], '.4f')} | {secs}")
+
+    @staticmethod
+    def _fmt(x: Any, spec: str = ".3f") -> str:
+        return "n/a" if x is None else format(x, spec)
+
+
+def log_scalars(root: Path, prefix: str, points: Iterable[tuple[int, Mapping[str, Any]]], keys: Iterable[str]) -> None:
+    """Plot `row[key]` at `step` for every (step, row) and key that has a value, as
+    `<prefix>/<key>` in `<root>/tensorboard`."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    keys = tuple(keys)
+    with SummaryWriter(log_dir=str(Path(root) / "tensorboard")) as writer:
+        for step, row in points:
+            for key in keys:
+                if row.get(key) is not None:
+                    writer.add_scalar(f"{prefix}/{key}", float(row[key]), step)

@@ -33,7 +33,7 @@ from optima_agents.mcts.mcts_config import MCTSConfig
 from optima_agents.mcts.reward import FinishedDialogue, OptimaTreeReward, TreeReward
 from optima_agents.mcts.selection import find_similar, select
 from optima_agents.mcts.tree import Node, Tree
-from optima_agents.policies.base import Policy, TurnRequest
+from optima_agents.policies.base import Policy, TurnRequest, capabilities_of
 from optima_agents.rollout.engine import derive_seed
 
 
@@ -69,7 +69,7 @@ class MCTSPlanner:
     """Grows one tree per task with a policy and scores rollouts with a reward.
 
     Args:
-        policy: any `Policy`. One with `with_sampling` (HFPolicy) is switched to the config's
+        policy: any `Policy`. One declaring `with_sampling` (HFPolicy) is switched to the config's
             temperature, top_p and max_new_tokens; any other is used as given (see
             `sampling_mismatch`).
         reward: a `TreeReward`; default `OptimaTreeReward.without_reference_model()` (score
@@ -87,11 +87,11 @@ class MCTSPlanner:
         self.on_iteration = on_iteration
 
     def _search_policy(self, policy: Policy) -> Policy:
-        """The policy at the config's sampling settings: `with_sampling` when the backend has it
-        (HFPolicy, ...), else the policy as given (check `sampling_mismatch`)."""
+        """The policy at the config's sampling settings: `with_sampling` when the backend declares
+        it (HFPolicy, ...), else the policy as given (check `sampling_mismatch`)."""
         sampling = getattr(policy, "sampling", None)
         c = self.config
-        if sampling is None or not callable(getattr(policy, "with_sampling", None)):
+        if sampling is None or not capabilities_of(policy).with_sampling:
             return policy
         wanted = dataclasses.replace(sampling, temperature=c.temperature, top_p=c.top_p,
                                      max_new_tokens=c.max_new_tokens)

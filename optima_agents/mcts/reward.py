@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from optima_agents.mcts.errors import MCTSConfigError
+from optima_envs.rewards import DialogueSample, RewardWeights, Turn, compute_rewards
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def score_only_reward(dialogues: Sequence[FinishedDialogue]) -> list[tuple[float
 
 
 class OptimaTreeReward:
-    """The Optima reward (`optima_train.rewards.compute_rewards`) with a fixed token scale.
+    """The Optima reward (`optima_envs.rewards.compute_rewards`) with a fixed token scale.
 
     Args:
         weights: `RewardWeights` (default: the project's defaults).
@@ -62,8 +63,6 @@ class OptimaTreeReward:
 
     def __init__(self, weights: Any = None, turn_loss: Callable | None = None, *, max_tokens: float | None = None,
                  token_percentile: float = 85.0, **rubric_overrides: Any):
-        from optima_train.rewards import RewardWeights
-
         self.weights = weights if weights is not None else RewardWeights()
         if self.weights.lambda_loss > 0 and turn_loss is None:
             raise MCTSConfigError(
@@ -80,13 +79,9 @@ class OptimaTreeReward:
     @classmethod
     def without_reference_model(cls, **kwargs: Any) -> "OptimaTreeReward":
         """Score and token cost only (lambda_loss 0): the default when no reference model is given."""
-        from optima_train.rewards import RewardWeights
-
         return cls(RewardWeights(lambda_loss=0.0), None, **kwargs)
 
     def __call__(self, dialogues: Sequence[FinishedDialogue]) -> list[tuple[float | None, dict[str, float]]]:
-        from optima_train.rewards import DialogueSample, Turn, compute_rewards
-
         if not dialogues:
             return []
         if self.max_tokens is None:

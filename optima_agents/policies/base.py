@@ -18,13 +18,19 @@ FinishReason = Literal["stop", "length", "error"]
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Explicit, recorded sampling settings. temperature 0 means greedy decoding."""
+    """Explicit, recorded sampling settings. temperature 0 means greedy decoding.
+
+    `logprobs` asks the backend for each generated token's log-probability
+    (`Action.logprobs`, see `optima_agents.policies.logprobs`); off by default, since it costs
+    a little per decoding step and most rollouts do not need it.
+    """
 
     temperature: float = 0.0
     top_p: float = 1.0
     max_new_tokens: int = 128
     stop: tuple[str, ...] = ()
     seed: int | None = 0
+    logprobs: bool = False
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -33,9 +39,16 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
             raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not isinstance(self.logprobs, bool):
+            raise ValueError(f"SamplingParams.logprobs must be True or False, got {self.logprobs!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "stop": list(self.stop)}
+        """The settings as JSON data; `logprobs` appears only when on, so records and cache keys
+        made without it stay as they were before the option existed."""
+        data = {**asdict(self), "stop": list(self.stop)}
+        if not self.logprobs:
+            del data["logprobs"]
+        return data
 
 
 def row_seed(sampling_seed: int | None, request_seed: int | None, call: int, row: int) -> int:
@@ -77,6 +90,11 @@ class Action:
     `finish_reason == "error"` marks an infrastructure failure (connection refused, 5xx, 429,
     timeout, a malformed reply, after retries): `error` says what happened, and the episode is
     flagged, never scored as a wrong answer.
+
+    `logprobs[k]` is the log-probability of `token_ids[k]` under the distribution it was drawn
+    from (see `optima_agents.policies.logprobs` for the exact definition), one per token id; None
+    when not requested (`SamplingParams.logprobs`) or not available (a server that returns none,
+    a reply whose stored ids are not the sampled ones, a scripted policy).
     """
 
     text: str
@@ -85,6 +103,12 @@ class Action:
     prompt_tokens: int = 0
     error: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    logprobs: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ValueError(f"Action.logprobs must have one value per token id: got {len(self.logprobs)} "
+                             f"log-probs for {len(self.token_ids)} token ids")
 
     @property
     def failed(self) -> bool:
@@ -99,11 +123,48 @@ class Action:
         return {"text": self.text, "token_ids": list(self.token_ids)}
 
 
+@dataclass(frozen=True)
+class PolicyCapabilities:
+    """What a policy offers beyond `act`, `identity` and `sampling`, declared by its class so that
+    callers check a flag instead of probing for methods. Every flag defaults to False.
+
+    with_sampling: `with_sampling(SamplingParams)` returns a policy that shares this one's model
+        (nothing is reloaded) and samples with other settings.
+    close: `close()` releases the backend's processes and memory now, not at garbage collection.
+    chat_format: `chat_format` is the `ChatFormat` the policy renders its prompts with (training
+        pairs built from its dialogues are rendered the same way).
+    """
+
+    with_sampling: bool = False
+    close: bool = False
+    chat_format: bool = False
+
+
+NO_CAPABILITIES = PolicyCapabilities()
+
+
+def capabilities_of(policy: Any) -> PolicyCapabilities:
+    """The capabilities `policy` declares (`policy.capabilities`); none for a policy that declares none.
+
+    Raises:
+        TypeError: `capabilities` is set to something other than a `PolicyCapabilities`.
+    """
+    declared = getattr(policy, "capabilities", NO_CAPABILITIES)
+    if not isinstance(declared, PolicyCapabilities):
+        raise TypeError(f"{type(policy).__name__}.capabilities must be a PolicyCapabilities, got {declared!r}")
+    return declared
+
+
 @runtime_checkable
 class Policy(Protocol):
-    """Maps a batch of turn requests to a batch of actions, one per request, in order."""
+    """Maps a batch of turn requests to a batch of actions, one per request, in order.
+
+    `capabilities` declares the optional methods the policy has (`PolicyCapabilities`); read it
+    with `capabilities_of`, which treats a policy that declares nothing as offering nothing.
+    """
 
     sampling: SamplingParams
+    capabilities: PolicyCapabilities
 
     def act(self, requests: Sequence[TurnRequest]) -> list[Action]: ...
 

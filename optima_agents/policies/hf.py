@@ -30,6 +30,12 @@ Why it is built this way:
   which other requests shared its batch (up to the float rounding that padding can change).
   Requests without a seed get seeds from `SamplingParams.seed` and a per-policy call counter
   (reproducible for the same sequence of calls), or fresh entropy when that seed is None.
+- **Log-probs recorded by a logits processor** (`SamplingParams.logprobs`): the sampler notes
+  the log-prob of the token it drew, under its temperature / top-p distribution; under greedy
+  decoding `_GreedyLogprobs`, the last processor, notes the log-prob of the argmax under the
+  final scores (the model's logits, in float32). Either keeps one float per row and step, where
+  `output_scores` would keep a full-vocabulary float32 row per token (1.6 GB for 64 rows of 128
+  tokens) and would only show the sampler's one-hot. Meaning: `optima_agents.policies.logprobs`.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ import copy
 from typing import Any, Iterator, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, prompt_ids
-from optima_agents.policies.base import Action, SamplingParams, TurnRequest, row_seed
+from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, row_seed
+from optima_agents.policies.logprobs import align_logprobs
 
 __all__ = ["HFPolicy"]
 
@@ -72,6 +79,8 @@ class HFPolicy:
         ModelNotFoundError: the model name cannot be resolved.
         ValueError: a bad dtype or batch size.
     """
+
+    capabilities = PolicyCapabilities(with_sampling=True, chat_format=True)
 
     def __init__(
         self,
@@ -140,8 +149,8 @@ class HFPolicy:
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
             outputs = self._generate([prompts[i] for i in chunk], [seeds[i] for i in chunk])
-            for i, generated in zip(chunk, outputs):
-                actions[i] = self._to_action(generated, len(prompts[i]))
+            for i, (generated, logprobs) in zip(chunk, outputs):
+                actions[i] = self._to_action(generated, len(prompts[i]), logprobs)
         return actions  # type: ignore[return-value]
 
     def identity(self) -> dict[str, Any]:
@@ -165,7 +174,8 @@ class HFPolicy:
         return other
 
     # ------------------------------------------------------------------ internals
-    def _generate(self, prompts: list[list[int]], seeds: list[int]) -> list[list[int]]:
+    def _generate(self, prompts: list[list[int]], seeds: list[int]) -> list[tuple[list[int], list[float] | None]]:
+        """Each row's generated ids, with one log-prob per id when `SamplingParams.logprobs`."""
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
@@ -181,8 +191,13 @@ class HFPolicy:
             pad_token_id=self.pad_id, stop_strings=list(sp.stop) or None,
         )
         processors = LogitsProcessorList()
+        recorder: _SeededSampler | _GreedyLogprobs | None = None
         if sp.temperature > 0:
-            processors.append(_SeededSampler(seeds, sp.temperature, sp.top_p))
+            recorder = _SeededSampler(seeds, sp.temperature, sp.top_p, record=sp.logprobs)
+            processors.append(recorder)
+        elif sp.logprobs:
+            recorder = _GreedyLogprobs()
+            processors.append(recorder)
         threads, training = torch.get_num_threads(), self.model.training
         if self.num_threads is not None:
             torch.set_num_threads(self.num_threads)
@@ -197,16 +212,23 @@ class HFPolicy:
         finally:
             torch.set_num_threads(threads)
             self.model.train(training)
-        return [row[width:].tolist() for row in out.cpu()]
+        rows = [row[width:].tolist() for row in out.cpu()]
+        if not sp.logprobs or recorder is None:
+            return [(row, None) for row in rows]
+        steps = recorder.steps_by_row()  # (rows, steps): one value per generated position
+        return [(row, steps[r, : len(row)].tolist()) for r, row in enumerate(rows)]
 
-    def _to_action(self, generated: list[int], prompt_len: int) -> Action:
+    def _to_action(self, generated: list[int], prompt_len: int, logprobs: list[float] | None = None) -> Action:
         cleaned = clean_output(self.tokenizer, generated, max_new_tokens=self.sampling.max_new_tokens,
                                stop=self.sampling.stop, stop_token_ids=self.stop_token_ids)
+        meta = {"generated_tokens": cleaned.generated_tokens, "reencoded": cleaned.reencoded,
+                "raw_token_ids": tuple(generated)}  # as generated (parity scores these, not the re-encoded ids)
+        aligned = None if logprobs is None else align_logprobs(generated, logprobs, cleaned.token_ids)
+        if logprobs is not None and aligned is None:
+            meta["logprobs_missing"] = "the reply was re-encoded: its stored ids are not the sampled ones"
         return Action(
             text=cleaned.text, token_ids=cleaned.token_ids, finish_reason=cleaned.finish_reason,
-            prompt_tokens=prompt_len,
-            meta={"generated_tokens": cleaned.generated_tokens, "reencoded": cleaned.reencoded,
-                  "raw_token_ids": tuple(generated)},  # as generated (parity scores these, not the re-encoded ids)
+            prompt_tokens=prompt_len, meta=meta, logprobs=aligned,
         )
 
 
@@ -215,15 +237,22 @@ class _SeededSampler:
 
     Temperature, then nucleus (top-p) filtering, then one uniform draw per row from that row's
     `torch.Generator` mapped through the CDF. The returned scores are 0 at the drawn token and
-    -inf elsewhere, so greedy decoding picks it.
+    -inf elsewhere, so greedy decoding picks it. With `record`, each step's log-prob of the drawn
+    token under that same distribution (temperature, then the renormalised nucleus) is kept.
     """
 
-    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float):
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float, *, record: bool = False):
         import torch
 
         self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         self.temperature = temperature
         self.top_p = top_p
+        self.record = record
+        self.steps: list[Any] = []
+
+    def steps_by_row(self) -> Any:
+        """The recorded log-probs as a (rows, steps) float tensor."""
+        return _stack_steps(self.steps, len(self.generators))
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
@@ -238,8 +267,38 @@ class _SeededSampler:
         draws = torch.stack([torch.rand((), generator=g) for g in self.generators]).unsqueeze(-1)
         choice = torch.searchsorted(cdf, draws * cdf[:, -1:], right=True).clamp_max(cdf.shape[-1] - 1)
         choice = choice.to(scores.device)
+        if self.record:
+            logp = torch.log_softmax(scores.float() / self.temperature, dim=-1).gather(-1, choice).squeeze(-1)
+            if self.top_p < 1.0:  # renormalise over the nucleus the draw came from
+                logp = (logp - torch.log(probs.sum(dim=-1))).clamp_max(0.0)  # a one-token nucleus rounds to ~+1e-8
+            self.steps.append(logp.cpu())
         out = torch.full_like(scores, float("-inf"))
         return out.scatter_(-1, choice, 0.0)
+
+
+class _GreedyLogprobs:
+    """A logits processor, last in the list under greedy decoding, that records each row's
+    log-prob of the argmax token (the one greedy decoding picks) and leaves the scores as they are."""
+
+    def __init__(self) -> None:
+        self.steps: list[Any] = []
+        self.rows = 0
+
+    def steps_by_row(self) -> Any:
+        """The recorded log-probs as a (rows, steps) float tensor."""
+        return _stack_steps(self.steps, self.rows)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        s = scores.float()
+        self.rows = s.shape[0]
+        self.steps.append((s.max(dim=-1).values - s.logsumexp(dim=-1)).cpu())
+        return scores
+
+
+def _stack_steps(steps: list[Any], rows: int) -> Any:
+    import torch
+
+    return torch.stack(steps, dim=1) if steps else torch.zeros((rows, 0))
 
 
 @contextlib.contextmanager

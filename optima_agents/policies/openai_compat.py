@@ -23,6 +23,16 @@ through `chat.clean_output` like every backend's (and stay, as generated, in
 with it (`meta["token_ids_source"] == "tokenizer"`); without one, the action carries no ids and
 the env counts tokens itself (`"none"`).
 
+Log-probs (`SamplingParams.logprobs`): requests then also set `"logprobs": true,
+"top_logprobs": 0`, and the sampled tokens' log-probs (`choices[0].logprobs.content`) are
+aligned with the returned ids like every backend's (`logprobs.align_logprobs`). A server that
+returns none, or returns no ids to tie them to, gives `Action.logprobs=None` (and
+`meta["logprobs_missing"]` says why), not an error; a malformed block, or one whose length
+differs from the ids', is a malformed reply. A vLLM server gives the model's temperature-1
+log-probs unless started with `--logprobs-mode processed_logprobs` (e.g.
+`VLLMServer(extra_args=["--logprobs-mode", "processed_logprobs"])`), which matches the meaning
+the in-process backends use under sampling; under greedy decoding both are the same.
+
 httpx (a vLLM dependency; `pip install httpx` otherwise) with one pooled client per base URL;
 its clients are thread-safe.
 """
@@ -36,7 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, chat_messages, clean_output, encode_text
-from optima_agents.policies.base import Action, SamplingParams, TurnRequest, row_seed
+from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, row_seed
+from optima_agents.policies.logprobs import align_logprobs
 from optima_agents.policies.openai_reply import ChatReply, MalformedReplyError, parse_reply
 from optima_agents.policies.routing import ReplicaRouter
 
@@ -90,6 +101,8 @@ class OpenAIPolicy:
     Raises:
         ValueError: no base URLs, or a bad option value.
     """
+
+    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True)
 
     def __init__(
         self,
@@ -201,6 +214,8 @@ class OpenAIPolicy:
         }
         if sp.stop:
             body["stop"] = list(sp.stop)
+        if sp.logprobs:
+            body.update(logprobs=True, top_logprobs=0)
         body.update(self.extra_body)
         return body
 
@@ -238,7 +253,7 @@ class OpenAIPolicy:
         """One POST and its reply as an Action; anything wrong with the reply is `_Retryable`."""
         data, raw = self._post(index, body)
         try:
-            reply = parse_reply(data)
+            reply = parse_reply(data, logprobs=self.sampling.logprobs)
             return self._to_action(reply, seed, attempts=attempts, url=self.base_urls[index])
         except MalformedReplyError as exc:
             raise _Retryable(f"malformed response: {exc}: {raw[:200]!r}") from exc
@@ -281,6 +296,13 @@ class OpenAIPolicy:
         meta: dict[str, Any] = {"seed": seed, "attempts": attempts, "base_url": url,
                                 "server_finish_reason": reply.finish_reason}
         sp = self.sampling
+        if ids is not None and reply.logprobs is not None and len(reply.logprobs) != len(ids):
+            raise MalformedReplyError(f"choices[0].logprobs.content has {len(reply.logprobs)} entries but "
+                                      f"choices[0].token_ids has {len(ids)} ids; they must be one per token")
+        if sp.logprobs and reply.logprobs is None:
+            meta["logprobs_missing"] = "the server returned no log-probs"
+        elif sp.logprobs and ids is None:
+            meta["logprobs_missing"] = "the server returned no token ids to align the log-probs with"
         if ids is not None and self.tokenizer is not None:
             vocab = len(self.tokenizer)
             if any(i >= vocab for i in ids):
@@ -290,13 +312,17 @@ class OpenAIPolicy:
                                    stop_token_ids=_stop_ids(self.tokenizer))
             meta.update(generated_tokens=cleaned.generated_tokens, reencoded=cleaned.reencoded,
                         token_ids_source="server", raw_token_ids=ids)
+            logprobs = None if reply.logprobs is None else align_logprobs(ids, reply.logprobs, cleaned.token_ids)
+            if reply.logprobs is not None and logprobs is None:
+                meta["logprobs_missing"] = "the reply was re-encoded: its stored ids are not the sampled ones"
             return Action(text=cleaned.text, token_ids=cleaned.token_ids, finish_reason=cleaned.finish_reason,
-                          prompt_tokens=prompt_tokens, meta=meta)
+                          prompt_tokens=prompt_tokens, meta=meta, logprobs=logprobs)
         text = _cut_at_stop(reply.text, sp.stop).strip()
         finish = "length" if reply.finish_reason == "length" else "stop"
         if ids is not None:  # ids but no tokenizer: keep the server's ids as they are
             meta.update(generated_tokens=len(ids), token_ids_source="server", raw_token_ids=ids)
-            return Action(text=text, token_ids=ids, finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)
+            return Action(text=text, token_ids=ids, finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta,
+                          logprobs=reply.logprobs)
         if self.tokenizer is not None:
             token_ids = tuple(encode_text(self.tokenizer, text)) if text else ()
             meta.update(generated_tokens=reply.completion_tokens or len(token_ids), token_ids_source="tokenizer")

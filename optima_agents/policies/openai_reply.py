@@ -5,6 +5,13 @@ A server (or a proxy in front of it) can answer HTTP 200 with JSON of the wrong 
 `parse_reply` turns such a body into a `MalformedReplyError` that names the field, the value
 and the type expected, so the policy retries it like any other failed attempt instead of
 raising out of `act` (which would cost every episode of the rollout).
+
+Log-probs (`parse_reply(..., logprobs=True)`): `choices[0].logprobs.content[k].logprob`, one
+entry per generated token in the OpenAI chat format. A reply without them (`logprobs` missing or
+null, or `content` null) gives None: not every server returns them. A block that is there but
+malformed (not an object, `content` not a list, an entry without a numeric `logprob`, NaN, a
+value above 0) is a `MalformedReplyError`. vLLM writes -9999.0 for a log-prob below that (e.g.
+-inf); it is kept as it is.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from optima_agents.policies.logprobs import check_logprob
 from optima_envs.core.tokens import MAX_TOKEN_ID
 
 __all__ = ["ChatReply", "MalformedReplyError", "parse_reply"]
@@ -30,6 +38,7 @@ class ChatReply:
     finish_reason: str | None
     prompt_token_count: int | None  # from `prompt_token_ids`, else `usage.prompt_tokens`
     completion_tokens: int | None
+    logprobs: tuple[float, ...] | None = None  # one per generated token, when asked for and returned
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -66,8 +75,34 @@ def _ids(value: Any, field: str) -> tuple[int, ...] | None:
     return tuple(value)
 
 
-def parse_reply(data: Any) -> ChatReply:
+def _logprobs(value: Any, field: str) -> tuple[float, ...] | None:
+    """The per-token log-probs of a chat choice's `logprobs` block; None when the server sent none."""
+    if value is None:
+        return None
+    block = _mapping(value, field)
+    content = block.get("content")
+    if content is None:
+        return None
+    if not isinstance(content, list):
+        raise _fail(f"{field}.content", "a list of token log-probs or null", content)
+    out = []
+    for k, entry in enumerate(content):
+        where = f"{field}.content[{k}]"
+        entry = _mapping(entry, where)
+        if "logprob" not in entry:
+            raise MalformedReplyError(f"{where} has no 'logprob' (keys: {sorted(entry)})")
+        try:
+            out.append(check_logprob(entry["logprob"], f"{where}.logprob"))
+        except ValueError as exc:
+            raise MalformedReplyError(str(exc)) from None
+    return tuple(out)
+
+
+def parse_reply(data: Any, *, logprobs: bool = False) -> ChatReply:
     """The fields of a chat-completion body (vLLM's `token_ids`/`prompt_token_ids` included).
+
+    `logprobs`: also read `choices[0].logprobs` (ignored otherwise, so a request that did not
+    ask for them cannot fail on them).
 
     Raises:
         MalformedReplyError: a missing field or a value of the wrong type (the message says which).
@@ -94,4 +129,5 @@ def parse_reply(data: Any) -> ChatReply:
         finish_reason=finish,
         prompt_token_count=len(prompt_ids) if prompt_ids else prompt_tokens,
         completion_tokens=_count(usage.get("completion_tokens"), "usage.completion_tokens"),
+        logprobs=_logprobs(choice.get("logprobs"), "choices[0].logprobs") if logprobs else None,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from optima_agents.chat import encode_text
-from optima_agents.policies.base import Action, SamplingParams, TurnRequest
+from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest
 
 __all__ = ["ScriptFunc", "ScriptedPolicy"]
 
@@ -21,11 +21,14 @@ class ScriptedPolicy:
         name (str, *optional*, defaults to `"scripted"`): recorded as the model in `identity()`.
         tokenizer (*optional*): a Hugging Face tokenizer; when given, string replies carry their
             token ids, so the env's token costs are exact. Without it the env counts tokens.
+            String replies carry no log-probs (`Action.logprobs` is None): nothing sampled them.
 
     Attributes:
         calls: how many `act` calls were made (one per batch).
         requests: how many requests were answered in total.
     """
+
+    capabilities = PolicyCapabilities(with_sampling=True)
 
     def __init__(self, fn: ScriptFunc, *, name: str = "scripted", tokenizer: Any = None):
         if not callable(fn):

@@ -31,6 +31,13 @@ Why it is built this way:
   that mode's greedy outputs stayed within 0.2 nats of fp32 (as close as transformers bf16),
   and the "L'Etoile, la Marseillaise..." reply DESIGN.md blamed on it also came from bf16
   compiled: it is a bf16 near-tie at the first token, not a broken kernel (see `parity`).
+- **Log-probs after temperature and top-p**: the engine starts with
+  `logprobs_mode="processed_logprobs"` unless the caller sets `logprobs_mode`, so the log-prob
+  vLLM returns for a sampled token is under the distribution it was drawn from (the meaning every
+  backend shares, `optima_agents.policies.logprobs`); vLLM's default, "raw_logprobs", would give
+  the model's temperature-1 distribution, which differs from it under sampling. Greedy decoding
+  gets the model's own log-probs either way. `SamplingParams.logprobs` asks for them per request
+  (`logprobs=0`: the sampled token only); without it nothing is gathered.
 """
 
 from __future__ import annotations
@@ -42,7 +49,8 @@ from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, prompt_ids
-from optima_agents.policies.base import Action, SamplingParams, TurnRequest, row_seed
+from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, row_seed
+from optima_agents.policies.logprobs import align_logprobs, sampled_logprobs
 
 __all__ = ["VLLMPolicy"]
 
@@ -77,6 +85,8 @@ class VLLMPolicy:
         ValueError: a bad dtype.
         BackendParityError: the self-check found outputs the reference model disagrees with.
     """
+
+    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True)
 
     def __init__(
         self,
@@ -117,6 +127,7 @@ class VLLMPolicy:
             # a per-request seed gets a partial (chunked) prefill, i.e. whenever a seeded batch's
             # prompts exceed the 4096-token step budget. Whole-prompt prefill avoids it.
             options.setdefault("enable_chunked_prefill", False)
+        options.setdefault("logprobs_mode", "processed_logprobs")
         self.engine_options = {"dtype": dtype, "enforce_eager": enforce_eager, "seed": seed, **options}
         with _env({"VLLM_USE_AOT_COMPILE": "0"} if self.on_cpu else {}):
             self.llm = LLM(model=self.model_path, **self.engine_options)
@@ -156,7 +167,15 @@ class VLLMPolicy:
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for _, ids, _ in batch],
                                         [p for _, _, p in batch], use_tqdm=False)
             for (i, ids, params), out in zip(batch, outputs):
-                actions[i] = self._to_action(list(out.outputs[0].token_ids), len(ids), params.seed)
+                completion = out.outputs[0]
+                generated = list(completion.token_ids)
+                logprobs = None
+                if self.sampling.logprobs:
+                    if completion.logprobs is None:
+                        raise RuntimeError("vLLM returned no log-probs for a request that asked for them "
+                                           f"(SamplingParams(logprobs=0)); vllm {_vllm_version()}")
+                    logprobs = sampled_logprobs(generated, completion.logprobs)
+                actions[i] = self._to_action(generated, len(ids), params.seed, logprobs)
         return actions  # type: ignore[return-value]
 
     def identity(self) -> dict[str, Any]:
@@ -240,17 +259,28 @@ class VLLMPolicy:
         return VSamplingParams(
             n=1, temperature=sp.temperature, top_p=sp.top_p, max_tokens=sp.max_new_tokens, seed=seed,
             stop=list(sp.stop) or None, stop_token_ids=self.stop_token_ids, detokenize=bool(sp.stop),
+            logprobs=0 if sp.logprobs else None,
         )
 
-    def _to_action(self, generated: list[int], prompt_len: int, seed: int | None) -> Action:
+    def _to_action(self, generated: list[int], prompt_len: int, seed: int | None,
+                   logprobs: tuple[float, ...] | None = None) -> Action:
         cleaned = clean_output(self.tokenizer, generated, max_new_tokens=self.sampling.max_new_tokens,
                                stop=self.sampling.stop, stop_token_ids=self.stop_token_ids)
+        meta = {"generated_tokens": cleaned.generated_tokens, "reencoded": cleaned.reencoded, "seed": seed,
+                "raw_token_ids": tuple(generated)}
+        aligned = None if logprobs is None else align_logprobs(generated, logprobs, cleaned.token_ids)
+        if logprobs is not None and aligned is None:
+            meta["logprobs_missing"] = "the reply was re-encoded: its stored ids are not the sampled ones"
         return Action(
             text=cleaned.text, token_ids=cleaned.token_ids, finish_reason=cleaned.finish_reason,
-            prompt_tokens=prompt_len,
-            meta={"generated_tokens": cleaned.generated_tokens, "reencoded": cleaned.reencoded, "seed": seed,
-                  "raw_token_ids": tuple(generated)},
+            prompt_tokens=prompt_len, meta=meta, logprobs=aligned,
         )
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__)
 
 
 @contextlib.contextmanager

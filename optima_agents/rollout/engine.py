@@ -20,6 +20,11 @@ on. So does an action the env rejects (`InvalidActionError`, e.g. token ids out 
 backend produced something no model answer looks like. An exception raised by a policy is a
 bug, not an infra failure, and propagates; the episodes finished before it have already been
 handed to `run(on_record=...)`, so a caller can save them.
+
+Log-probs: a turn's record carries the action's `logprobs` (when the policy was asked for them
+and had them) for the token ids the env stored, which are the action's ids; were the env ever to
+store other ids, the log-probs of a stored prefix are kept and anything else gives None
+(`turn_logprobs`).
 """
 
 from __future__ import annotations
@@ -33,12 +38,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from optima_agents.policies.base import Action, Policy, TurnRequest
+from optima_agents.policies.logprobs import align_logprobs
 from optima_agents.rollout.records import EpisodeRecord, TurnRecord
 from optima_envs.core.task import instance_gold_for_info
 from optima_envs.errors import ConfigError, InvalidActionError
 
 __all__ = ["EnvFactory", "EpisodeSpec", "RecordHook", "RolloutEngine", "RolloutStats", "derive_seed", "episode_specs",
-           "rollout"]
+           "rollout", "turn_logprobs"]
 
 EnvFactory = Callable[[], Any]
 """Builds a fresh env (e.g. `lambda: optima_envs.make("synth-hop-ia", max_turns=4)`)."""
@@ -251,6 +257,15 @@ def _policy_map(policies: Policy | Mapping[str, Policy], agents: Sequence[str]) 
     return {a: policies[a] for a in agents}
 
 
+def turn_logprobs(action: Action | None, stored_ids: Sequence[int] | None) -> tuple[float, ...] | None:
+    """The log-probs of the ids the env stored for a turn: the action's, for the stored ids when
+    they are the action's ids or a prefix of them; None when the action has none, the env stored
+    no ids, or stored ids the action did not produce."""
+    if action is None or action.logprobs is None or stored_ids is None:
+        return None
+    return align_logprobs(action.token_ids, action.logprobs, stored_ids)
+
+
 def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
@@ -266,6 +281,7 @@ def _record(env: Any, item: _Live, *, error: str | None = None) -> EpisodeRecord
             num_tokens=m.num_tokens, tokens_exact=m.token_ids is not None, answer=m.answer,
             finish_reason=action.finish_reason if action else "stop",
             prompt_tokens=action.prompt_tokens if action else 0, truncated=m.truncated,
+            logprobs=turn_logprobs(action, m.token_ids),
         ))
     outcome = state.outcome
     failed = error is not None

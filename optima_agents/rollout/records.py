@@ -2,7 +2,9 @@
 
 Records are what episode buffers store (`optima_train.buffers`, one row per record) and what
 rewards, selection and trainers read. Every field is JSON-compatible (`to_dict`/`from_dict`
-round-trip exactly), so the same seed and greedy decoding give equal records.
+round-trip exactly), so the same seed and greedy decoding give equal records. A turn's
+`logprobs` is left out of `to_dict` when None, so records made without log-probs read the same
+as before the field existed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class TurnRecord:
         finish_reason: "stop" or "length" (the policy's).
         prompt_tokens: length of the prompt the policy saw (0 when unknown).
         truncated: the env cut the message at `max_message_chars`.
+        logprobs: one log-prob per id of `token_ids`, under the distribution the policy drew it
+            from (`optima_agents.policies.logprobs`); None when not requested or not available.
     """
 
     turn: int
@@ -41,10 +45,25 @@ class TurnRecord:
     finish_reason: str
     prompt_tokens: int = 0
     truncated: bool = False
+    logprobs: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ValueError(f"turn {self.turn}: {len(self.logprobs)} log-probs for {len(self.token_ids)} token ids; "
+                             f"a turn's log-probs must be one per token id")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data; `logprobs` only when present."""
+        data = json.loads(json.dumps(asdict(self)))
+        if self.logprobs is None:
+            del data["logprobs"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "TurnRecord":
-        return cls(**{**data, "token_ids": tuple(data["token_ids"] or ())})
+        logprobs = data.get("logprobs")
+        return cls(**{**data, "token_ids": tuple(data["token_ids"] or ()),
+                      "logprobs": None if logprobs is None else tuple(float(v) for v in logprobs)})
 
 
 @dataclass(frozen=True)
@@ -110,7 +129,9 @@ class EpisodeRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data (tuples become lists); `from_dict` restores an equal record."""
-        return json.loads(json.dumps(asdict(self)))
+        data = json.loads(json.dumps(asdict(self)))
+        data["turns"] = [t.to_dict() for t in self.turns]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "EpisodeRecord":

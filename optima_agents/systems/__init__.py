@@ -14,7 +14,6 @@ it does and which choices it makes). A new system is one file: a dataclass subcl
 from __future__ import annotations
 
 import dataclasses
-from importlib.metadata import entry_points
 from typing import Any
 
 import yaml
@@ -24,53 +23,54 @@ from optima_agents.systems.debate import MultiAgentDebate
 from optima_agents.systems.dialogue import AutoForm, Dialogue, DialogueVote
 from optima_agents.systems.single import ChainOfThought, SelfConsistency
 from optima_envs.errors import ConfigError
+from optima_envs.plugins import Registry
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "Outcome", "Question", "Sample", "System", "SystemContext", "heldout_questions",
+    "ENTRY_POINT_GROUP", "SYSTEMS", "Outcome", "Question", "Sample", "System", "SystemContext", "heldout_questions",
     "list_systems", "make_system", "parse_system", "register_system",
 ]
 
 ENTRY_POINT_GROUP = "optima.systems"
 
-_SYSTEMS: dict[str, type[System]] = {}
+
+def _as_system_class(name: str, cls: Any) -> type[System]:
+    if not (isinstance(cls, type) and issubclass(cls, System) and dataclasses.is_dataclass(cls)):
+        raise ConfigError(f"system {name!r} must be a dataclass subclass of System, got {cls!r}")
+    if cls.name != name:
+        raise ConfigError(f"system class {cls.__name__} is named {cls.name!r}, registered as {name!r}")
+    return cls
+
+
+SYSTEMS: Registry[type[System]] = Registry(
+    "system", group=ENTRY_POINT_GROUP, convert=_as_system_class,
+    how_to_add=f"register one with register_system(), or from another package through the entry-point group "
+               f"{ENTRY_POINT_GROUP!r}")
 
 
 def register_system(cls: type[System]) -> type[System]:
     """Add a system class under its `name` (usable as a decorator)."""
-    if not (isinstance(cls, type) and issubclass(cls, System) and dataclasses.is_dataclass(cls)):
-        raise ConfigError(f"register_system needs a dataclass subclass of System, got {cls!r}")
-    if not cls.name:
-        raise ConfigError(f"{cls.__name__} has no `name`")
-    if cls.name in _SYSTEMS and _SYSTEMS[cls.name] is not cls:
-        raise ConfigError(f"a system named {cls.name!r} is already registered ({_SYSTEMS[cls.name].__name__})")
-    _SYSTEMS[cls.name] = cls
-    return cls
+    name = getattr(cls, "name", None)
+    if not name:
+        raise ConfigError(f"register_system needs a dataclass subclass of System with a `name`, got {cls!r}")
+    if SYSTEMS.registered().get(name) is cls:
+        return cls
+    return SYSTEMS.register(name, cls)
 
 
 for _cls in (ChainOfThought, SelfConsistency, MultiAgentDebate, Dialogue, AutoForm, DialogueVote):
     register_system(_cls)
 
 
-def _load_entry_points() -> None:
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        if point.name not in _SYSTEMS:
-            register_system(point.load())
-
-
 def list_systems() -> dict[str, str]:
-    """Every registered system name with its one-line summary."""
-    _load_entry_points()
-    return {name: cls.summary for name, cls in sorted(_SYSTEMS.items())}
+    """Every usable system name with its one-line summary (installed plug-ins are imported)."""
+    return {name: SYSTEMS.get(name).summary for name in sorted(SYSTEMS.names())}
 
 
 def make_system(spec: str, **settings: Any) -> System:
     """A system from its name, or `name:key=value:key=value` (values read as YAML), plus keyword
     settings. Unknown names and settings fail with the accepted ones listed."""
     name, parsed = parse_system(spec)
-    _load_entry_points()
-    if name not in _SYSTEMS:
-        raise ConfigError(f"unknown system {name!r}; registered: {sorted(_SYSTEMS)}")
-    cls = _SYSTEMS[name]
+    cls = SYSTEMS.get(name)
     merged = {**parsed, **settings}
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(merged) - known)

@@ -131,14 +131,14 @@ class SystemContext:
 
     def policy_with(self, *, temperature: float, seed: int = 0) -> Any:
         """The policy with this system's sampling (every real backend shares its weights)."""
-        from optima_agents.policies import SamplingParams
+        from optima_agents.policies.base import SamplingParams, capabilities_of
 
         sampling = SamplingParams(temperature=temperature, max_new_tokens=self.max_new_tokens, seed=seed)
-        with_sampling = getattr(self.policy, "with_sampling", None)
-        if with_sampling is None:
-            raise ConfigError(f"the policy {type(self.policy).__name__} has no with_sampling(); systems set their own "
-                              "temperature and length, so the policy must offer it (every built-in backend does)")
-        return with_sampling(sampling)
+        if not capabilities_of(self.policy).with_sampling:
+            raise ConfigError(f"the policy {type(self.policy).__name__} does not declare the with_sampling capability; "
+                              "systems set their own temperature and length, so the policy must offer it (every "
+                              "built-in backend does)")
+        return self.policy.with_sampling(sampling)
 
 
 class System:

@@ -139,16 +139,17 @@ def add_part(folder: Path, entry: PartEntry) -> None:
         write_manifest(folder, [*entries, entry])
 
 
-def check_columns(schema: pa.Schema, where: Path) -> None:
-    """Raises BufferCorruptError unless `schema` has every column of `EPISODE_SCHEMA` with its type."""
+def check_columns(schema: pa.Schema, where: Path, expected: pa.Schema = EPISODE_SCHEMA) -> None:
+    """Raises BufferCorruptError unless `schema` has every column of `expected` (the episode schema
+    of the file's version) with its type."""
     problems = []
-    for field in EPISODE_SCHEMA:
+    for field in expected:
         index = schema.get_field_index(field.name)
         if index < 0:
             problems.append(f"column {field.name!r} is missing")
         elif not schema.field(index).type.equals(field.type):
             problems.append(f"column {field.name!r} is {schema.field(index).type}, expected {field.type}")
-    extra = [name for name in schema.names if EPISODE_SCHEMA.get_field_index(name) < 0]
+    extra = [name for name in schema.names if expected.get_field_index(name) < 0]
     if extra:
         problems.append(f"unknown column(s) {extra}")
     if problems:

@@ -26,7 +26,13 @@ from optima_train.buffers.manifest import (
     read_manifest,
     write_manifest,
 )
-from optima_train.buffers.schema import SCHEMA_VERSION_KEY, table_to_records
+from optima_train.buffers.schema import (
+    EPISODE_SCHEMA,
+    SCHEMA_VERSION_KEY,
+    episode_schema,
+    file_schema_version,
+    table_to_records,
+)
 
 __all__ = ["PART_GLOB", "list_parts", "load_episode_dataset", "part_files", "read_episodes", "read_part_metadata",
            "rebuild_manifest", "remove_temp_files", "verify_buffer"]
@@ -93,7 +99,15 @@ def _check_part(path: Path, entry: PartEntry | None) -> pa.Table:
                 f"{entry.bytes} bytes with sha256 {entry.sha256[:16]}.... Restore it from a backup, or delete the "
                 f"buffer and generate it again")
     try:
-        check_columns(pq.read_schema(path), path)
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowException) as error:
+        raise BufferCorruptError(f"{path} cannot be read as Parquet ({type(error).__name__}: {error})") from None
+    try:
+        expected = episode_schema(file_schema_version(schema))
+    except ValueError as error:
+        raise BufferCorruptError(f"{path}: {error}") from None
+    check_columns(schema, path, expected)
+    try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as error:
         raise BufferCorruptError(f"{path} cannot be read as Parquet ({type(error).__name__}: {error})") from None
@@ -162,6 +176,10 @@ def read_part_metadata(part: str | Path) -> dict[str, Any]:
 def load_episode_dataset(directory: str | Path, **kwargs: Any) -> Any:
     """The buffer as a Hugging Face `datasets.Dataset` (one row per episode), parts checked first.
 
+    Parts of an older schema version are cast to the current schema (a version 1 turn gets a null
+    `logprobs`), so a buffer appended to across versions loads as one table; pass `features` to
+    override.
+
     Raises:
         FileNotFoundError: the directory holds no parts.
         BufferCorruptError: see `verify_buffer`.
@@ -172,6 +190,7 @@ def load_episode_dataset(directory: str | Path, **kwargs: Any) -> Any:
     parts = list_parts(directory)
     if not parts:
         raise FileNotFoundError(f"no {PART_GLOB} files in {directory}")
+    kwargs.setdefault("features", datasets.Features.from_arrow_schema(EPISODE_SCHEMA))
     return datasets.load_dataset("parquet", data_files=[str(p) for p in parts], split="train", **kwargs)
 
 

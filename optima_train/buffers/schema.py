@@ -1,4 +1,4 @@
-"""The episode buffer's table schema (version 1): one row per `EpisodeRecord`.
+"""The episode buffer's table schema (version 2): one row per `EpisodeRecord`.
 
 Columns (nullable unless noted):
 
@@ -13,7 +13,9 @@ Columns (nullable unless noted):
 - `turns` (list<struct>, not null), one per utterance: `turn` (int32), `speaker` (string), `text`
   (string), `token_ids` (list<int32>; empty when the policy reported none), `num_tokens` (int32,
   the cost the env charged), `tokens_exact` (bool), `answer` (string, the parsed answer),
-  `finish_reason` (string: stop/length), `prompt_tokens` (int32), `truncated` (bool).
+  `finish_reason` (string: stop/length), `prompt_tokens` (int32), `truncated` (bool),
+  `logprobs` (list<float64>, nullable: one log-prob per token id, null when the policy gave
+  none; float64 so a record reads back equal to the one written).
 - `final_answer` (string), `score` (float64; null when not scored), `score_ok` (bool, not null),
   `score_error` (string), `end_reason` (string, not null; "infra_failure" for infra failures).
 - `total_tokens` (int64, not null); `agent_tokens` (list<int64>, not null), aligned with `agents`.
@@ -27,7 +29,9 @@ Why lists aligned with `agents` rather than maps, and JSON strings for free-form
 maps and open structs read back awkwardly through Hugging Face `datasets`, while these columns
 load as plain lists and strings everywhere (pandas, polars, DuckDB, `datasets`).
 
-Version history: 1: first release.
+Version history: 1: first release. 2: `turns[].logprobs`. Parts of version 1 still read (their
+turns get `logprobs=None`); `episode_schema(version)` is the schema a part of that version must
+have. New parts are always written with the current version.
 """
 
 from __future__ import annotations
@@ -39,14 +43,14 @@ import pyarrow as pa
 
 from optima_agents.rollout.records import EpisodeRecord, TurnRecord
 
-__all__ = ["EPISODE_SCHEMA", "SCHEMA_VERSION", "SCHEMA_VERSION_KEY", "record_to_row", "records_to_table",
-           "row_to_record", "table_to_records"]
+__all__ = ["EPISODE_SCHEMA", "SCHEMA_VERSION", "SCHEMA_VERSION_KEY", "episode_schema", "file_schema_version",
+           "record_to_row", "records_to_table", "row_to_record", "table_to_records"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Parquet key-value metadata key holding the schema version of a file.
 SCHEMA_VERSION_KEY = b"optima.schema_version"
 
-TURN_TYPE = pa.struct([
+_TURN_FIELDS_V1 = [
     pa.field("turn", pa.int32(), nullable=False),
     pa.field("speaker", pa.string(), nullable=False),
     pa.field("text", pa.string(), nullable=False),
@@ -57,38 +61,75 @@ TURN_TYPE = pa.struct([
     pa.field("finish_reason", pa.string(), nullable=False),
     pa.field("prompt_tokens", pa.int32(), nullable=False),
     pa.field("truncated", pa.bool_(), nullable=False),
-])
+]
+TURN_TYPE = pa.struct([*_TURN_FIELDS_V1, pa.field("logprobs", pa.list_(pa.float64()))])
 
 COMPONENT_TYPE = pa.struct([pa.field("name", pa.string(), nullable=False), pa.field("value", pa.float64())])
 
-EPISODE_SCHEMA = pa.schema([
-    pa.field("schema_version", pa.int16(), nullable=False),
-    pa.field("env_id", pa.string(), nullable=False),
-    pa.field("env_version", pa.int32(), nullable=False),
-    pa.field("seed", pa.int64()),
-    pa.field("index", pa.int64()),
-    pa.field("options", pa.string(), nullable=False),
-    pa.field("instance_id", pa.string(), nullable=False),
-    pa.field("question", pa.string(), nullable=False),
-    pa.field("gold", pa.string(), nullable=False),
-    pa.field("agents", pa.list_(pa.string()), nullable=False),
-    pa.field("roles", pa.list_(pa.string()), nullable=False),
-    pa.field("system_prompts", pa.list_(pa.string()), nullable=False),
-    pa.field("format_instruction", pa.string()),
-    pa.field("turns", pa.list_(TURN_TYPE), nullable=False),
-    pa.field("final_answer", pa.string()),
-    pa.field("score", pa.float64()),
-    pa.field("score_ok", pa.bool_(), nullable=False),
-    pa.field("score_error", pa.string()),
-    pa.field("end_reason", pa.string(), nullable=False),
-    pa.field("total_tokens", pa.int64(), nullable=False),
-    pa.field("agent_tokens", pa.list_(pa.int64()), nullable=False),
-    pa.field("reward_components", pa.list_(COMPONENT_TYPE), nullable=False),
-    pa.field("policies", pa.list_(pa.string()), nullable=False),
-    pa.field("sampling", pa.list_(pa.string()), nullable=False),
-    pa.field("infra_failure", pa.bool_(), nullable=False),
-    pa.field("error", pa.string()),
-], metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+
+def _episode_fields(turn_type: pa.DataType) -> list[pa.Field]:
+    """Every column, with the given turn struct (the only part that differs between versions)."""
+    return [
+        pa.field("schema_version", pa.int16(), nullable=False),
+        pa.field("env_id", pa.string(), nullable=False),
+        pa.field("env_version", pa.int32(), nullable=False),
+        pa.field("seed", pa.int64()),
+        pa.field("index", pa.int64()),
+        pa.field("options", pa.string(), nullable=False),
+        pa.field("instance_id", pa.string(), nullable=False),
+        pa.field("question", pa.string(), nullable=False),
+        pa.field("gold", pa.string(), nullable=False),
+        pa.field("agents", pa.list_(pa.string()), nullable=False),
+        pa.field("roles", pa.list_(pa.string()), nullable=False),
+        pa.field("system_prompts", pa.list_(pa.string()), nullable=False),
+        pa.field("format_instruction", pa.string()),
+        pa.field("turns", pa.list_(turn_type), nullable=False),
+        pa.field("final_answer", pa.string()),
+        pa.field("score", pa.float64()),
+        pa.field("score_ok", pa.bool_(), nullable=False),
+        pa.field("score_error", pa.string()),
+        pa.field("end_reason", pa.string(), nullable=False),
+        pa.field("total_tokens", pa.int64(), nullable=False),
+        pa.field("agent_tokens", pa.list_(pa.int64()), nullable=False),
+        pa.field("reward_components", pa.list_(COMPONENT_TYPE), nullable=False),
+        pa.field("policies", pa.list_(pa.string()), nullable=False),
+        pa.field("sampling", pa.list_(pa.string()), nullable=False),
+        pa.field("infra_failure", pa.bool_(), nullable=False),
+        pa.field("error", pa.string()),
+    ]
+
+
+EPISODE_SCHEMA = pa.schema(_episode_fields(TURN_TYPE), metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+_SCHEMAS = {
+    1: pa.schema(_episode_fields(pa.struct(_TURN_FIELDS_V1)), metadata={SCHEMA_VERSION_KEY: b"1"}),
+    SCHEMA_VERSION: EPISODE_SCHEMA,
+}
+
+
+def file_schema_version(schema: pa.Schema) -> int:
+    """The schema version a Parquet file's key-value metadata names. A file without it (rewritten
+    by another tool, which dropped the metadata) gets the version whose turn struct it has."""
+    raw = (schema.metadata or {}).get(SCHEMA_VERSION_KEY)
+    if not raw:
+        turns = schema.field("turns").type if "turns" in schema.names else None
+        return next((v for v, known in _SCHEMAS.items() if known.field("turns").type == turns), SCHEMA_VERSION)
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"its schema version metadata {raw!r} is not an integer") from None
+
+
+def episode_schema(version: int = SCHEMA_VERSION) -> pa.Schema:
+    """The table schema of episode parts written with schema `version`.
+
+    Raises:
+        ValueError: a version this code does not know (newer: upgrade Optima).
+    """
+    if version not in _SCHEMAS:
+        newer = version > SCHEMA_VERSION
+        raise ValueError(f"episode schema version {version} is {'newer than' if newer else 'not one of'} this "
+                         f"Optima's versions {sorted(_SCHEMAS)}" + ("; upgrade optima" if newer else ""))
+    return _SCHEMAS[version]
 
 
 def _dumps(value: Any) -> str:
@@ -107,7 +148,8 @@ def record_to_row(record: EpisodeRecord) -> dict[str, Any]:
         "turns": [
             {"turn": t.turn, "speaker": t.speaker, "text": t.text, "token_ids": list(t.token_ids),
              "num_tokens": t.num_tokens, "tokens_exact": t.tokens_exact, "answer": t.answer,
-             "finish_reason": t.finish_reason, "prompt_tokens": t.prompt_tokens, "truncated": t.truncated}
+             "finish_reason": t.finish_reason, "prompt_tokens": t.prompt_tokens, "truncated": t.truncated,
+             "logprobs": None if t.logprobs is None else list(t.logprobs)}
             for t in record.turns
         ],
         "final_answer": record.final_answer, "score": record.score, "score_ok": record.score_ok,
@@ -121,7 +163,8 @@ def record_to_row(record: EpisodeRecord) -> dict[str, Any]:
 
 
 def row_to_record(row: Mapping[str, Any]) -> EpisodeRecord:
-    """The inverse of `record_to_row`; accepts rows from pyarrow or from `datasets`.
+    """The inverse of `record_to_row`; accepts rows from pyarrow or from `datasets`, of this
+    schema version or an older one (a version 1 turn has no `logprobs`: it reads as None).
 
     Raises:
         ValueError: the row was written with a newer schema version than this code knows.

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from optima_agents.policies.registry import backend_help
 from optima_envs.errors import OptimaError
 
 
@@ -43,7 +44,7 @@ def evaluate(
                                                          "default matches `optima train isft`'s evaluations."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1),
     max_turns: int | None = typer.Option(None, "--max-turns", help="Turn limit (task default: 10)."),
-    backend: str = typer.Option("hf", "--backend", help="hf, vllm or openai."),
+    backend: str = typer.Option("hf", "--backend", help=backend_help()),
     base_url: list[str] = typer.Option([], "--base-url", help="OpenAI-compatible server URL (repeatable)."),
     dtype: str = typer.Option("bfloat16", "--dtype", help="Model dtype (hf/vllm)."),
     format_instruction: str | None = typer.Option(

@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from optima_agents.policies.registry import backend_help
 from optima_envs.errors import ConfigError, OptimaError
 
 
@@ -47,7 +48,7 @@ def leaderboard(
     systems: str = typer.Option("cot,sc,mad,autoform,mas", "--systems",
                                 help="Comma-separated systems; settings after colons: sc:k=4:temperature=0.5."),
     model: list[str] = typer.Option(["smollm2-135m"], "--model", help="label=model or model (repeatable)."),
-    backend: str = typer.Option("hf", "--backend", help="hf, vllm or openai."),
+    backend: str = typer.Option("hf", "--backend", help=backend_help()),
     base_url: list[str] = typer.Option([], "--base-url", help="OpenAI-compatible server URL (repeatable)."),
     dtype: str = typer.Option("bfloat16", "--dtype", help="Model dtype (hf/vllm)."),
     questions: int = typer.Option(200, "--questions", min=1, help="Held-out questions per task."),

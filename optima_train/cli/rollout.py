@@ -19,13 +19,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from optima_agents.policies.registry import backend_help
 from optima_envs.errors import OptimaError
 
 
 def rollout(
     env_id: str = typer.Option(..., "--env", help="Env id, e.g. synth-hop-ia (see `optima envs`)."),
     model: str = typer.Option("smollm2-135m", "--model", help="Registry name, model folder, or hub id / served name."),
-    backend: str = typer.Option("hf", "--backend", help="hf (transformers), vllm (in-process) or openai (servers)."),
+    backend: str = typer.Option("hf", "--backend", help=backend_help()),
     episodes: int = typer.Option(8, "--episodes", min=1, help="How many episodes to play."),
     out: Path = typer.Option(..., "--out", help="Episode buffer directory (a new part is appended)."),
     seed: int = typer.Option(0, "--seed", help="Reset seed of the first episode (episode i uses seed+i)."),

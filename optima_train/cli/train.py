@@ -1,28 +1,30 @@
-"""`optima train <method>`: the iterative trainers (`isft`, `idpo`, `isft-dpo`).
+"""`optima train <algorithm>`: the registered training algorithms (`isft`, `idpo`, `isft-dpo`, and
+any installed through the entry-point group `optima.algorithms`; see `optima_train.algorithms`).
 
     optima train isft --config configs/isft/synth_hop.yaml --set train.learning_rate=1e-4
     optima train isft --config configs/isft/synth_hop.yaml --output-dir runs/a --iterations 3
     optima train isft --help-config        # every config field with its type, default and help
 
-The same command resumes an interrupted run (from the last finished step). Config problems and
-missing data or models are reported in one message, before any model loads, with exit code 2;
-`--print-config` checks the env id and its data the same way before printing.
+Every algorithm gets the same command, built from its `AlgorithmSpec`: `--config`, `--set`,
+`--output-dir`, its run-length shortcut (`--iterations`, or `--cycles` for isft-dpo),
+`--progress/--no-progress`, `--print-config` and `--help-config`. The same command resumes an
+interrupted run (from the last finished step). Config problems and missing data or models are
+reported in one message, before any model loads, with exit code 2; `--print-config` checks the
+env id and its data the same way before printing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, Callable, get_type_hints
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from optima_envs.errors import ConfigError, OptimaError
-
-app = typer.Typer(help="Train agents with the Optima loops: iSFT, iDPO (MCTS + DPO) and iSFT-DPO.",
-                  no_args_is_help=True, add_completion=False)
+from optima_train.algorithms import AlgorithmSpec, algorithm, algorithm_names
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -52,23 +54,6 @@ def config_help(cls: type) -> str:
     return "\n".join(lines).strip()
 
 
-@app.command("isft")
-def isft(
-    config: Path | None = typer.Option(None, "--config", "-c", help="YAML config (see configs/isft/)."),
-    overrides: list[str] = typer.Option([], "--set", "-s", help="Override a field: section.field=value (repeatable)."),
-    output_dir: str | None = typer.Option(None, "--output-dir", help="Shortcut for --set run.output_dir=DIR."),
-    iterations: int | None = typer.Option(None, "--iterations", help="Shortcut for --set run.iterations=N."),
-    progress: bool | None = typer.Option(None, "--progress/--no-progress", help="Progress bars (run.progress)."),
-    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
-    help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
-) -> None:
-    """Iterative SFT: sample, rank by the Optima reward, keep the best, fine-tune; repeat."""
-    from optima_train.isft import ISFTConfig, ISFTTrainer
-
-    extra = _run_extra(output_dir, progress, run={"iterations": iterations})
-    _train(ISFTConfig, ISFTTrainer, config, overrides, extra, print_config, help_config)
-
-
 # ---------------------------------------------------------------------- shared steps
 def _train(config_cls: type, trainer_cls: type, config: Path | None, overrides: list[str],
            extra: dict[str, Any], print_config: bool, help_config: bool) -> None:
@@ -91,11 +76,10 @@ def _train(config_cls: type, trainer_cls: type, config: Path | None, overrides: 
             _fail(str(error))
         print(dump_config(cfg), end="")
         return
-    if hasattr(trainer, "check_resources"):  # missing data or models: exit 2, before any model loads
-        try:
-            trainer.check_resources()
-        except (ConfigError, OptimaError) as error:
-            _fail(str(error))
+    try:  # missing data or models: exit 2, before any model loads
+        trainer.check_resources()
+    except (ConfigError, OptimaError) as error:
+        _fail(str(error))
     try:
         rows = trainer.train()
     except (ConfigError, OptimaError) as error:
@@ -114,35 +98,57 @@ def _run_extra(output_dir: str | None, progress: bool | None, **more: Any) -> di
     return out
 
 
-@app.command("idpo")
-def idpo(
-    config: Path | None = typer.Option(None, "--config", "-c", help="YAML config (see configs/idpo/)."),
-    overrides: list[str] = typer.Option([], "--set", "-s", help="Override a field: section.field=value (repeatable)."),
-    output_dir: str | None = typer.Option(None, "--output-dir", help="Shortcut for --set run.output_dir=DIR."),
-    iterations: int | None = typer.Option(None, "--iterations", help="Shortcut for --set run.iterations=N."),
-    progress: bool | None = typer.Option(None, "--progress/--no-progress", help="Progress bars (run.progress)."),
-    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
-    help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
-) -> None:
-    """Iterative DPO: MCTS over dialogue turns, best/worst sibling pairs, DPO + NLL; repeat."""
-    from optima_train.idpo import IDPOConfig, IDPOTrainer
+# ---------------------------------------------------------------------- commands
+def algorithm_command(spec: AlgorithmSpec) -> Callable[..., None]:
+    """The `optima train <spec.name>` command: the same options for every algorithm."""
+    flag, target = spec.count_option
+    section, key = target.split(".")
+    where = f" (see {spec.config_dir})" if spec.config_dir else ""
 
-    _train(IDPOConfig, IDPOTrainer, config, overrides,
-           _run_extra(output_dir, progress, run={"iterations": iterations}), print_config, help_config)
+    def command(
+        config: Path | None = typer.Option(None, "--config", "-c", help=f"YAML config{where}."),
+        overrides: list[str] = typer.Option([], "--set", "-s",
+                                            help="Override a field: section.field=value (repeatable)."),
+        output_dir: str | None = typer.Option(None, "--output-dir", help="Shortcut for --set run.output_dir=DIR."),
+        count: int | None = typer.Option(None, flag, help=f"Shortcut for --set {target}=N."),
+        progress: bool | None = typer.Option(None, "--progress/--no-progress", help="Progress bars (run.progress)."),
+        print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
+        help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
+    ) -> None:
+        try:
+            config_cls, trainer_cls = spec.load()
+        except (ConfigError, ImportError) as error:
+            _fail(f"algorithm {spec.name!r} cannot be loaded: {error}")
+        extra = _run_extra(output_dir, progress, **{section: {key: count}})
+        _train(config_cls, trainer_cls, config, overrides, extra, print_config, help_config)
+
+    command.__doc__ = spec.summary
+    return command
 
 
-@app.command("isft-dpo")
-def isft_dpo(
-    config: Path | None = typer.Option(None, "--config", "-c", help="YAML config (see configs/isft_dpo/)."),
-    overrides: list[str] = typer.Option([], "--set", "-s", help="Override a field: section.field=value (repeatable)."),
-    output_dir: str | None = typer.Option(None, "--output-dir", help="Shortcut for --set run.output_dir=DIR."),
-    cycles: int | None = typer.Option(None, "--cycles", help="Shortcut for --set cycles.count=N."),
-    progress: bool | None = typer.Option(None, "--progress/--no-progress", help="Progress bars (run.progress)."),
-    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
-    help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
-) -> None:
-    """iSFT-DPO: alternate an iSFT stage and an iDPO stage for some cycles."""
-    from optima_train.isft_dpo import ISFTDPOConfig, ISFTDPOTrainer
+def _broken_command(name: str, error: Exception) -> Callable[..., None]:
+    """A command for an installed algorithm that fails to load: it says why, and the others work."""
+    def command() -> None:
+        _fail(str(error))
 
-    _train(ISFTDPOConfig, ISFTDPOTrainer, config, overrides,
-           _run_extra(output_dir, progress, cycles={"count": cycles}), print_config, help_config)
+    command.__doc__ = f"(cannot be loaded: {error})"
+    return command
+
+
+def build_app() -> typer.Typer:
+    """A `train` command group with one command per registered algorithm (read now)."""
+    group = typer.Typer(help="Train agents with a registered algorithm: iSFT, iDPO (MCTS + DPO), iSFT-DPO, or one "
+                             "installed through the entry-point group optima.algorithms.",
+                        no_args_is_help=True, add_completion=False)
+    for name in algorithm_names():
+        try:
+            command = algorithm_command(algorithm(name))
+        except ConfigError as error:
+            group.command(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})(
+                _broken_command(name, error))
+            continue
+        group.command(name)(command)
+    return group
+
+
+app = build_app()

@@ -16,12 +16,13 @@ LoRA one (the reference trains all weights at 5e-7).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from optima_agents.mcts.mcts_config import MCTSConfig, PairConfig
 from optima_envs.errors import ConfigError
+from optima_train.config_base import TRLTrainSection, backend_field, check_backend, redefault
+from optima_train.config_base import help_meta as _help
 from optima_train.isft.isft_config import (
     EvalSection,
     LoraSection,
@@ -34,19 +35,12 @@ from optima_train.isft.isft_config import (
 __all__ = ["DPOTrainSection", "IDPOConfig", "IDPORunSection", "SearchRewardSection", "SearchSection",
            "check_question_ranges"]
 
-Backend = Literal["hf", "vllm", "openai"]
-
-
-def _help(text: str, **more: Any) -> dict[str, Any]:
-    return {"help": text, **more}
-
-
 @dataclass
 class SearchSection:
-    backend: Backend = field(default="hf", metadata=_help("Generation backend of the search: hf, vllm or openai."))
+    backend: str = backend_field("hf", "Generation backend of the search.")
     batch_size: int = field(default=64, metadata=_help("Most sequences per generate call (hf backend)."))
     backend_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help(
-        "Extra policy kwargs (vllm: gpu_memory_utilization...; openai: base_url, api_key...)."))
+        "Extra policy kwargs (vllm: gpu_memory_utilization...; openai: base_urls, api_key...)."))
     max_turns: int | None = field(default=None, metadata=_help("Most utterances per dialogue (None: the task's, 10)."))
     questions: int | None = field(default=None, metadata=_help(
         "Trees (training questions) searched per iteration (None: task.train_questions)."))
@@ -61,63 +55,42 @@ class SearchSection:
             raise ConfigError(f"search.max_turns must be >= 1 or null, got {self.max_turns}")
         if self.questions is not None and self.questions < 1:
             raise ConfigError(f"search.questions must be >= 1 or null, got {self.questions}")
-        if self.backend == "openai" and "base_url" not in self.backend_kwargs:
-            raise ConfigError("search.backend='openai' needs search.backend_kwargs.base_url "
-                              "(the server that serves the model being trained)")
+        spec = check_backend("search.backend", self.backend)
+        if "base_urls" in spec.options and not self.backend_kwargs.get("base_urls"):
+            raise ConfigError(f"search.backend={self.backend!r} needs search.backend_kwargs.base_urls "
+                              "(the servers that serve the model being trained)")
 
 
 @dataclass
-class DPOTrainSection:
-    init: str = field(default="previous", metadata=_help(
-        "Each iteration trains from the previous iteration's weights (the reference), or from the starting model.",
-        choices=["previous", "base"]))
+class DPOTrainSection(TRLTrainSection):
+    """iDPO's training settings: the shared TRL fields (`TRLTrainSection`; the defaults below differ),
+    checked against `trl.DPOConfig`, plus DPO's own."""
+
+    TRL_CONFIG = "DPOConfig"
+    METHOD = "iDPO"
+    OWNED = (*TRLTrainSection.OWNED, "loss_type", "loss_weights")
+    OWNED_NOTE = " (rpo_alpha sets loss_type and loss_weights)"
+    AT_LEAST_ONE = (*TRLTrainSection.AT_LEAST_ONE, "min_pairs")
+
+    learning_rate: float = redefault(TRLTrainSection, "learning_rate", 5e-6,
+                                     "Peak learning rate (LoRA; reference full FT 5e-7).")
+    per_device_train_batch_size: int = redefault(TRLTrainSection, "per_device_train_batch_size", 2,
+                                                 "Pairs per step per device.")
+    gradient_accumulation_steps: int = redefault(TRLTrainSection, "gradient_accumulation_steps", 4)
+    warmup_steps: float = redefault(TRLTrainSection, "warmup_steps", 0.1)
     beta: float = field(default=0.1, metadata=_help("DPO beta (paper 0.1-0.5; reference 0.1 / 0.5)."))
     rpo_alpha: float = field(default=1.0, metadata=_help(
         "Weight of the NLL loss on the chosen reply added to DPO (reference rpo_alpha 1.0; 0: plain DPO). "
         "TRL >= 1.0 spells it loss_type=[sigmoid, sft], loss_weights=[1, rpo_alpha]."))
-    learning_rate: float = field(default=5e-6, metadata=_help("Peak learning rate (LoRA; reference full FT 5e-7)."))
-    num_train_epochs: float = field(default=1.0, metadata=_help("Epochs over the kept pairs."))
-    max_steps: int = field(default=-1, metadata=_help("If > 0: optimizer steps per iteration (overrides epochs)."))
-    per_device_train_batch_size: int = field(default=2, metadata=_help("Pairs per step per device."))
-    gradient_accumulation_steps: int = field(default=4, metadata=_help("Steps accumulated per optimizer step."))
-    max_length: int = field(default=1024, metadata=_help("Prompt + reply tokens kept (the start is kept)."))
-    lr_scheduler_type: str = field(default="cosine", metadata=_help("transformers scheduler name."))
-    warmup_steps: float = field(default=0.1, metadata=_help("Warmup steps (a float < 1: a fraction of all steps)."))
-    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay."))
-    bf16: bool = field(default=True, metadata=_help("bf16 autocast (fast on CPUs with AMX and on GPUs)."))
-    gradient_checkpointing: bool = field(default=False, metadata=_help("Trade compute for memory."))
-    logging_steps: int = field(default=5, metadata=_help("Log the losses every this many steps (TensorBoard)."))
     min_pairs: int = field(default=1, metadata=_help(
         "Fewer kept pairs than this: the iteration does not train (the model carries over) and says so."))
-    extra: dict[str, Any] = field(default_factory=dict, metadata=_help("Any other trl.DPOConfig field, passed through."))
 
     def __post_init__(self) -> None:
         if self.beta <= 0:
             raise ConfigError(f"train.beta must be > 0, got {self.beta}")
         if self.rpo_alpha < 0:
             raise ConfigError(f"train.rpo_alpha must be >= 0 (0 is plain DPO), got {self.rpo_alpha}")
-        if self.learning_rate <= 0:
-            raise ConfigError(f"train.learning_rate must be > 0, got {self.learning_rate}")
-        if self.max_steps <= 0 and self.num_train_epochs <= 0:
-            raise ConfigError(f"train.num_train_epochs must be > 0 when train.max_steps <= 0 "
-                              f"(got num_train_epochs={self.num_train_epochs}, max_steps={self.max_steps})")
-        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_length", "logging_steps",
-                     "min_pairs"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        if self.extra:
-            from trl import DPOConfig
-
-            known = {f.name for f in dataclasses.fields(DPOConfig)}
-            owned = ({f.name for f in dataclasses.fields(DPOTrainSection)}
-                     | {"output_dir", "report_to", "seed", "loss_type", "loss_weights"})
-            unknown = sorted(set(self.extra) - known)
-            clash = sorted(set(self.extra) & owned)
-            if unknown:
-                raise ConfigError(f"train.extra has keys that are not trl.DPOConfig fields: {unknown}")
-            if clash:
-                raise ConfigError(f"train.extra sets {clash}, which the iDPO config owns; set them directly"
-                                  " (rpo_alpha sets loss_type and loss_weights)")
+        super().__post_init__()
 
 
 @dataclass

@@ -49,29 +49,24 @@ class IDPOTrainer(IterativeTrainer):
     def _first_train_index(self) -> int:
         return self.config.train_indices(0).start
 
-    # ------------------------------------------------------------------ the loop
-    def _iteration(self, it: int) -> dict[str, Any]:
-        info: dict[str, dict[str, Any]] = {}
-        info["search"] = self._step(it, "search", lambda f: self._search(f, it))
-        info["training"] = self._step(it, "training", lambda f: self._training(f, it))
-        if self._evaluates(it):
-            info["evaluation"] = self._step(it, "evaluation", lambda f: self._evaluation(f, self.model_after(it)))
-        summary = self._summary(it, info)
-        atomic_write_json(self.run_dir.stage_dir(it) / "metrics.json", {"iteration": it, "summary": summary, "steps": info})
-        self._write_run_summary(it, summary)
-        self.console.print(_summary_line(summary))
-        return summary
-
     # ------------------------------------------------------------------ models
     def model_after(self, it: int) -> str:
         """The checkpoint iteration `it` produced (its training step's record)."""
         return str(self.run_dir.done_info(it, "training")["checkpoint"])
 
+    def _eval_sampling(self) -> Any:
+        from optima_agents.policies import SamplingParams
+
+        cfg = self.config
+        return SamplingParams(temperature=0.0, max_new_tokens=cfg.eval.max_new_tokens or cfg.mcts.max_new_tokens,
+                              seed=None)
+
     # ------------------------------------------------------------------ steps
     def _search(self, folder: Path, it: int) -> dict[str, Any]:
         import optima_envs
+        from optima_agents.chat import DEFAULT_CHAT_FORMAT
         from optima_agents.mcts import MCTSPlanner, OptimaTreeReward, TreeTask, extract_pairs
-        from optima_agents.policies import SamplingParams
+        from optima_agents.policies import SamplingParams, capabilities_of
         from optima_agents.rollout import derive_seed
         from optima_train.dpo_data import pair_rows, pair_statistics, write_pairs, write_trees
 
@@ -94,8 +89,8 @@ class IDPOTrainer(IterativeTrainer):
         for tree in result.trees:
             tree.check_invariants()
         extraction = extract_pairs(result.trees, cfg.pairs)
-        rows = pair_rows(result.trees, extraction, iteration=it, chat_format=getattr(policy, "chat_format", None)
-                         or _default_chat_format())
+        chat_format = policy.chat_format if capabilities_of(policy).chat_format else DEFAULT_CHAT_FORMAT
+        rows = pair_rows(result.trees, extraction, iteration=it, chat_format=chat_format)
         write_trees(result.trees, folder)
         write_pairs(rows, folder / "pairs.parquet")
         stats = pair_statistics(rows, result.trees)
@@ -112,42 +107,20 @@ class IDPOTrainer(IterativeTrainer):
 
     def _training(self, folder: Path, it: int) -> dict[str, Any]:
         cfg = self.config
-        init = self.model_before(it) if cfg.train.init == "previous" else self.base_model
+        init = self._training_init(it)
         kept = read_json(self.run_dir.step_dir(it, "search") / "DONE.json").get("kept_pairs", 0)
         if kept < cfg.train.min_pairs:
-            self.console.print(f"[yellow]iter {it}: {kept} pair(s) kept, fewer than train.min_pairs="
-                               f"{cfg.train.min_pairs}; the model is unchanged[/]")
+            self._unchanged(it, f"{kept} pair(s) kept, fewer than train.min_pairs={cfg.train.min_pairs}")
             return {"skipped": f"{kept} kept pairs < train.min_pairs", "checkpoint": init, "pairs": kept,
                     "train_loss": None}
         self.close()  # free the search model's memory for training
         return train_dpo(cfg, self.run_dir.step_dir(it, "search") / "pairs.parquet", init, folder,
                          seed=cfg.run.seed + it)
 
-    def _evaluation(self, folder: Path, model: str) -> dict[str, Any]:
-        from optima_agents.policies import SamplingParams
-        from optima_train.buffers import write_episodes
-        from optima_train.evaluation import evaluate
-
-        cfg = self.config
-        sampling = SamplingParams(temperature=0.0, max_new_tokens=cfg.eval.max_new_tokens or cfg.mcts.max_new_tokens,
-                                  seed=None)
-        policy = self._policy_for(model, sampling)
-        result, records = evaluate(policy, cfg.task.env_id, env_kwargs=self._env_kwargs(cfg.task.eval_kwargs()),
-                                   episodes=cfg.eval.episodes, first_index=cfg.task.eval_first_index,
-                                   seed=cfg.run.seed + 1_000_000, progress=cfg.run.progress, model_name=model)
-        write_episodes(folder / "episodes", records, metadata={"writer": "idpo"})
-        atomic_write_json(folder / "metrics.json", result.to_dict())
-        return result.to_dict()
-
     # ------------------------------------------------------------------ summaries
     def _summary(self, it: int, info: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-        ev, search, training = info.get("evaluation"), info["search"], info["training"]
+        search, training = info["search"], info["training"]
         return {
-            "iteration": it,
-            "heldout_score": ev["score"]["mean"] if ev else None,
-            "heldout_score_ci": [ev["score"]["low"], ev["score"]["high"]] if ev else None,
-            "heldout_tokens": ev["tokens"]["mean"] if ev else None,
-            "heldout_tokens_ci": [ev["tokens"]["low"], ev["tokens"]["high"]] if ev else None,
             "trees": search.get("trees"),
             "kept_pairs": search.get("kept_pairs"),
             "qualifying_pairs": search.get("qualifying_pairs"),
@@ -155,9 +128,11 @@ class IDPOTrainer(IterativeTrainer):
             "mean_root_value": search.get("mean_root_value"),
             "train_loss": training.get("train_loss"),
             "reward_accuracy": training.get("reward_accuracy"),
-            "checkpoint": training.get("checkpoint"),
-            "seconds": {k: v.get("seconds") for k, v in info.items()},
         }
+
+    def _summary_detail(self, s: Mapping[str, Any]) -> str:
+        return f"{s['kept_pairs']} pairs from {s['trees']} trees | gap {self._fmt(s['mean_gap'])}"
+
 
 def train_dpo(cfg: Any, pairs: Path, init: str, folder: Path, *, seed: int) -> dict[str, Any]:
     """One DPO round on the kept pairs of `pairs` (a pairs.parquet): LoRA (merged) or full
@@ -165,49 +140,24 @@ def train_dpo(cfg: Any, pairs: Path, init: str, folder: Path, *, seed: int) -> d
 
     `cfg` is any config with `train` (a `DPOTrainSection`), `lora` and `run` sections.
     """
-    from torch.utils.tensorboard import SummaryWriter
-    from transformers.integrations import TensorBoardCallback
     from trl import DPOConfig, DPOTrainer
 
     from optima_train.dpo_data import read_pairs, to_dpo_dataset
-    from optima_train.trl_glue import finish_training, load_for_training, lora_config, training_args
+    from optima_train.trl_glue import quiet_progress, train_with
 
     t = cfg.train
+    quiet_progress(cfg)
     dataset = to_dpo_dataset(read_pairs(pairs)).remove_columns(["pair_id"])
-    tokenizer, model = load_for_training(init)
-    peft_config = lora_config(cfg)
     losses = {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, t.rpo_alpha]} if t.rpo_alpha > 0 else \
         {"loss_type": ["sigmoid"]}
-    args = DPOConfig(beta=t.beta, **losses, **training_args(cfg, folder, seed=seed))
-    writer = SummaryWriter(log_dir=str(folder / "logs"))
     # ref_model=None with a peft_config: the reference log-probs come from the same model with
     # the adapter disabled (TRL's `use_adapter(..., None)`), so no second copy is held in memory.
-    trainer = DPOTrainer(model=model, ref_model=None, args=args, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=peft_config, callbacks=[TensorBoardCallback(writer)])
-    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    output = trainer.train()
-    writer.close()
-    history = finish_training(trainer, output, tokenizer, folder)
-    logged = [h for h in history if "loss" in h]
+    run = train_with(DPOTrainer, DPOConfig, cfg, init, folder, dataset, seed=seed,
+                     method_args={"beta": t.beta, **losses}, ref_model=None)
+    logged = [h for h in run.history if "loss" in h]
     last = logged[-1] if logged else {}
     return {"checkpoint": str(folder / "checkpoint"), "init": init, "pairs": len(dataset),
-            "steps": output.global_step, "train_loss": output.training_loss,
+            "steps": run.output.global_step, "train_loss": run.output.training_loss,
             "reward_accuracy": last.get("rewards/accuracies"), "reward_margin": last.get("rewards/margins"),
-            "trainable_parameters": trainable, "lora": cfg.lora.enabled, "beta": t.beta, "rpo_alpha": t.rpo_alpha,
-            "reference": "adapter-disabled" if peft_config is not None else "copy of init"}
-
-
-def _default_chat_format() -> Any:
-    from optima_agents.chat import DEFAULT_CHAT_FORMAT
-
-    return DEFAULT_CHAT_FORMAT
-
-
-def _summary_line(s: Mapping[str, Any]) -> str:
-    def fmt(x: Any, spec: str = ".3f") -> str:
-        return "n/a" if x is None else format(x, spec)
-
-    secs = " ".join(f"{k[:6]} {v:.0f}s" for k, v in s["seconds"].items() if v is not None)
-    return (f"[bold green]iter {s['iteration']}[/] held-out score {fmt(s['heldout_score'])} | "
-            f"tokens {fmt(s['heldout_tokens'], '.1f')} | {s['kept_pairs']} pairs from {s['trees']} trees | "
-            f"gap {fmt(s['mean_gap'])} | train loss {fmt(s['train_loss'], '.4f')} | {secs}")
+            "trainable_parameters": run.trainable_parameters, "lora": cfg.lora.enabled, "beta": t.beta,
+            "rpo_alpha": t.rpo_alpha, "reference": "adapter-disabled" if run.lora else "copy of init"}

@@ -14,23 +14,17 @@ through (checked against `SFTConfig`'s fields at parse time).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from optima_envs.errors import ConfigError
+from optima_train.config_base import TRLTrainSection, backend_field, check_backend
+from optima_train.config_base import help_meta as _help
 
 __all__ = [
     "EvalSection", "GenerationSection", "ISFTConfig", "LoraSection", "ModelSection", "RewardSection", "RunSection",
     "SelectionSection", "TaskSection", "TrainSection",
 ]
-
-Backend = Literal["hf", "vllm", "openai"]
-
-
-def _help(text: str, **more: Any) -> dict[str, Any]:
-    return {"help": text, **more}
-
 
 @dataclass
 class TaskSection:
@@ -95,8 +89,8 @@ class ModelSection:
 
 @dataclass
 class GenerationSection:
-    backend: Backend = field(default="hf", metadata=_help(
-        "Generation backend: hf (transformers) or vllm (in-process); openai is refused (it cannot load new weights)."))
+    backend: str = backend_field("hf", "Generation backend; it must load the weights it is given (openai cannot: "
+                                       "it is refused).")
     samples_per_question: int = field(default=10, metadata=_help("N dialogues sampled per training question."))
     temperature: float = field(default=0.7, metadata=_help("Sampling temperature of training dialogues."))
     top_p: float = field(default=1.0, metadata=_help("Nucleus sampling threshold of training dialogues."))
@@ -124,11 +118,12 @@ class GenerationSection:
                               f"{self.max_new_tokens} and {self.batch_size}")
         if self.max_turns is not None and self.max_turns < 1:
             raise ConfigError(f"generation.max_turns must be >= 1 or null, got {self.max_turns}")
-        if self.backend == "openai":
+        if not check_backend("generation.backend", self.backend).loads_weights:
             raise ConfigError(
-                "generation.backend='openai' cannot drive iSFT: every iteration trains new weights, and an "
-                "OpenAI-compatible server cannot be made to load them from here. Use 'hf' or 'vllm' for the loop, "
-                "and `optima eval --backend openai --base-url URL` to evaluate a served checkpoint")
+                f"generation.backend={self.backend!r} cannot drive iSFT: every iteration trains new weights, and a "
+                f"{self.backend!r} policy generates with weights a server holds, which cannot be made to load them "
+                "from here. Use a backend that loads the weights it is given ('hf' or 'vllm') for the loop, and "
+                f"`optima eval --backend {self.backend} ...` to evaluate a served checkpoint")
 
 
 @dataclass
@@ -190,44 +185,12 @@ class LoraSection:
 
 
 @dataclass
-class TrainSection:
-    init: str = field(default="previous", metadata=_help(
-        "Each iteration trains from the previous iteration's weights, or from the base model.",
-        choices=["previous", "base"]))
-    learning_rate: float = field(default=2e-4, metadata=_help("Peak learning rate (LoRA default; ~1e-5 for full)."))
-    num_train_epochs: float = field(default=1.0, metadata=_help("Epochs over the selected examples."))
-    max_steps: int = field(default=-1, metadata=_help("If > 0: optimizer steps per iteration (overrides epochs)."))
-    per_device_train_batch_size: int = field(default=4, metadata=_help("Examples per step per device."))
-    gradient_accumulation_steps: int = field(default=1, metadata=_help("Steps accumulated per optimizer step."))
-    max_length: int = field(default=1024, metadata=_help("Examples are truncated to this many tokens."))
-    lr_scheduler_type: str = field(default="cosine", metadata=_help("transformers scheduler name."))
-    warmup_steps: float = field(default=0.0, metadata=_help("Warmup steps (a float < 1: a fraction of all steps)."))
-    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay."))
-    bf16: bool = field(default=True, metadata=_help("bf16 autocast (fast on CPUs with AMX and on GPUs)."))
-    gradient_checkpointing: bool = field(default=False, metadata=_help("Trade compute for memory."))
-    logging_steps: int = field(default=5, metadata=_help("Log the loss every this many steps (TensorBoard)."))
-    extra: dict[str, Any] = field(default_factory=dict, metadata=_help("Any other trl.SFTConfig field, passed through."))
+class TrainSection(TRLTrainSection):
+    """iSFT's training settings: the shared TRL fields (`TRLTrainSection`, with its defaults), checked
+    against `trl.SFTConfig`."""
 
-    def __post_init__(self) -> None:
-        if self.learning_rate <= 0:
-            raise ConfigError(f"train.learning_rate must be > 0, got {self.learning_rate}")
-        if self.max_steps <= 0 and self.num_train_epochs <= 0:
-            raise ConfigError(f"train.num_train_epochs must be > 0 when train.max_steps <= 0 "
-                              f"(got num_train_epochs={self.num_train_epochs}, max_steps={self.max_steps})")
-        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_length", "logging_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        if self.extra:
-            from trl import SFTConfig
-
-            known = {f.name for f in dataclasses.fields(SFTConfig)}
-            owned = {f.name for f in dataclasses.fields(TrainSection)} | {"output_dir", "report_to", "seed"}
-            unknown = sorted(set(self.extra) - known)
-            clash = sorted(set(self.extra) & owned)
-            if unknown:
-                raise ConfigError(f"train.extra has keys that are not trl.SFTConfig fields: {unknown}")
-            if clash:
-                raise ConfigError(f"train.extra sets {clash}, which the iSFT config owns; set them directly")
+    TRL_CONFIG = "SFTConfig"
+    METHOD = "iSFT"
 
 
 @dataclass

@@ -57,21 +57,6 @@ class ISFTTrainer(IterativeTrainer):
     SCALARS = ("heldout_score", "heldout_tokens", "sample_mean_score", "sample_mean_tokens", "mean_reward",
                "kept_examples", "train_loss")
 
-    # ------------------------------------------------------------------ the loop
-    def _iteration(self, it: int) -> dict[str, Any]:
-        info: dict[str, dict[str, Any]] = {}
-        info["generation"] = self._step(it, "generation", lambda f: self._generation(f, it))
-        info["scoring"] = self._step(it, "scoring", lambda f: self._scoring(f, it))
-        info["selection"] = self._step(it, "selection", lambda f: self._selection(f, it))
-        info["training"] = self._step(it, "training", lambda f: self._training(f, it))
-        if self._evaluates(it):
-            info["evaluation"] = self._step(it, "evaluation", lambda f: self._evaluation(f, self.model_after(it)))
-        summary = self._summary(it, info)
-        atomic_write_json(self.run_dir.stage_dir(it) / "metrics.json", {"iteration": it, "summary": summary, "steps": info})
-        self._write_run_summary(it, summary)
-        self.console.print(self._summary_line(summary))
-        return summary
-
     # ------------------------------------------------------------------ models
     def model_after(self, it: int) -> str:
         """The model iteration `it` produced: its checkpoint, or `model_before(it)` when nothing was
@@ -80,14 +65,21 @@ class ISFTTrainer(IterativeTrainer):
             return self.model_before(it)
         return str(self.run_dir.checkpoint(it))
 
-    def _sampling(self, *, greedy: bool) -> Any:
+    def _sampling(self) -> Any:
+        from optima_agents.policies import SamplingParams
+
+        g = self.config.generation
+        return SamplingParams(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_new_tokens,
+                              seed=self.config.run.seed)
+
+    def _eval_sampling(self) -> Any:
         from optima_agents.policies import SamplingParams
 
         g, e = self.config.generation, self.config.eval
-        if greedy:
-            return SamplingParams(temperature=0.0, max_new_tokens=e.max_new_tokens or g.max_new_tokens, seed=None)
-        return SamplingParams(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_new_tokens,
-                              seed=self.config.run.seed)
+        return SamplingParams(temperature=0.0, max_new_tokens=e.max_new_tokens or g.max_new_tokens, seed=None)
+
+    def _eval_max_live(self) -> int | None:
+        return self.config.generation.max_live
 
     # ------------------------------------------------------------------ steps
     def _generation(self, folder: Path, it: int) -> dict[str, Any]:
@@ -98,7 +90,7 @@ class ISFTTrainer(IterativeTrainer):
         specs = [EpisodeSpec(seed=derive_seed(cfg.run.seed, it, q, j), index=q, options=options)
                  for q in range(t.train_first_index, t.train_first_index + t.train_questions)
                  for j in range(g.samples_per_question)]
-        policy = self._policy_for(self.model_before(it), self._sampling(greedy=False))
+        policy = self._policy_for(self.model_before(it), self._sampling())
         engine = RolloutEngine(t.env_id, policy, env_kwargs=self._env_kwargs(t.train_kwargs()), max_live=g.max_live,
                                progress=cfg.run.progress)
         records = engine.run(specs)
@@ -174,91 +166,42 @@ class ISFTTrainer(IterativeTrainer):
     def _training(self, folder: Path, it: int) -> dict[str, Any]:
         cfg = self.config
         if self.run_dir.done_info(it, "selection").get("examples", 0) == 0:
-            self.console.print(f"[yellow]iter {it}: no dialogue was selected; the model is unchanged[/]")
+            self._unchanged(it, "no dialogue was selected")
             return {"skipped": "no selected examples", "checkpoint": None, "examples": 0, "train_loss": None}
-        init = self.model_before(it) if cfg.train.init == "previous" else self.base_model
+        init = self._training_init(it)
         self.close()  # free the generation model's memory for training
         return train_sft(cfg, self.run_dir.step_dir(it, "selection") / "sft.parquet", init, folder,
                          seed=cfg.run.seed + it)
 
-    def evaluate_model(self, model: str, stage: str, *, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Evaluate any model on this run's held-out set as a resumable step `<run>/<stage>/evaluation`
-        (e.g. the starting model with a "be concise" instruction: `options={"format_instruction": ...}`)."""
-        with self.run_dir.lock():
-            return self._step(stage, "evaluation", lambda f: self._evaluation(f, model, options))
-
-    def _evaluation(self, folder: Path, model: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        from optima_train.evaluation import evaluate
-
-        cfg = self.config
-        policy = self._policy_for(model, self._sampling(greedy=True))
-        result, records = evaluate(policy, cfg.task.env_id, env_kwargs=self._env_kwargs(cfg.task.eval_kwargs()),
-                                   episodes=cfg.eval.episodes, first_index=cfg.task.eval_first_index,
-                                   seed=cfg.run.seed + 1_000_000, options=options, max_live=cfg.generation.max_live,
-                                   progress=cfg.run.progress, model_name=model)
-        _save_records(folder / _EPISODES, records)
-        info = {**result.to_dict(), "options": dict(options or {})}
-        atomic_write_json(folder / "metrics.json", info)
-        return info
-
     # ------------------------------------------------------------------ summaries
     def _summary(self, it: int, info: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-        ev = info.get("evaluation")
         return {
-            "iteration": it,
-            "heldout_score": ev["score"]["mean"] if ev else None,
-            "heldout_score_ci": [ev["score"]["low"], ev["score"]["high"]] if ev else None,
-            "heldout_tokens": ev["tokens"]["mean"] if ev else None,
-            "heldout_tokens_ci": [ev["tokens"]["low"], ev["tokens"]["high"]] if ev else None,
             "sample_mean_score": info["generation"].get("mean_score"),
             "sample_mean_tokens": info["generation"].get("mean_tokens"),
             "mean_reward": info["scoring"].get("mean_reward"),
             "kept_dialogues": info["selection"].get("selected"),
             "kept_examples": info["selection"].get("examples"),
             "train_loss": info["training"].get("train_loss"),
-            "checkpoint": self.model_after(it),
-            "seconds": {k: v.get("seconds") for k, v in info.items()},
         }
 
-    @staticmethod
-    def _summary_line(s: Mapping[str, Any]) -> str:
-        def fmt(x: Any, spec: str = ".3f") -> str:
-            return "n/a" if x is None else format(x, spec)
+    def _summary_detail(self, s: Mapping[str, Any]) -> str:
+        return f"kept {s['kept_examples']} examples ({s['kept_dialogues']} dialogues)"
 
-        secs = " ".join(f"{k[:5]} {v:.0f}s" for k, v in s["seconds"].items() if v is not None)
-        return (f"[bold green]iter {s['iteration']}[/] held-out score {fmt(s['heldout_score'])} | "
-                f"tokens {fmt(s['heldout_tokens'], '.1f')} | kept {s['kept_examples']} examples "
-                f"({s['kept_dialogues']} dialogues) | train loss {fmt(s['train_loss'], '.4f')} | {secs}")
 
 def train_sft(cfg: ISFTConfig, data: Path, init: str, folder: Path, *, seed: int) -> dict[str, Any]:
     """One SFT round: LoRA (merged) or full fine-tuning of `init` on `data`; saves the checkpoint."""
     import datasets
-    from torch.utils.tensorboard import SummaryWriter
-    from transformers.integrations import TensorBoardCallback
     from trl import SFTConfig, SFTTrainer
 
-    from optima_train.trl_glue import finish_training, load_for_training, lora_config, training_args
+    from optima_train.trl_glue import quiet_progress, train_with
 
-    if not cfg.run.progress:
-        import transformers
-
-        datasets.disable_progress_bars()
-        transformers.utils.logging.disable_progress_bar()
+    quiet_progress(cfg)
     dataset = datasets.Dataset.from_parquet(str(data)).select_columns(["input_ids", "assistant_masks"])
-    tokenizer, model = load_for_training(init)
-    peft_config = lora_config(cfg)
-    args = SFTConfig(**training_args(cfg, folder, seed=seed))
-    writer = SummaryWriter(log_dir=str(folder / "logs"))
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=peft_config, callbacks=[TensorBoardCallback(writer)])
-    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    output = trainer.train()
-    writer.close()
-    history = finish_training(trainer, output, tokenizer, folder)
-    losses = [h["loss"] for h in history if "loss" in h]
+    run = train_with(SFTTrainer, SFTConfig, cfg, init, folder, dataset, seed=seed)
+    losses = [h["loss"] for h in run.history if "loss" in h]
     return {"checkpoint": str(folder / "checkpoint"), "init": init, "examples": len(dataset),
-            "steps": output.global_step, "train_loss": output.training_loss,
-            "last_logged_loss": losses[-1] if losses else None, "trainable_parameters": trainable,
+            "steps": run.output.global_step, "train_loss": run.output.training_loss,
+            "last_logged_loss": losses[-1] if losses else None, "trainable_parameters": run.trainable_parameters,
             "lora": cfg.lora.enabled}
 
 

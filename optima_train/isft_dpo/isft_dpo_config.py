@@ -21,6 +21,7 @@ from typing import Any
 
 from optima_agents.mcts.mcts_config import MCTSConfig, PairConfig
 from optima_envs.errors import ConfigError
+from optima_train.config_base import help_meta as _help
 from optima_train.config_io import config_to_dict, from_dict
 from optima_train.idpo.idpo_config import (
     DPOTrainSection,
@@ -42,10 +43,6 @@ from optima_train.isft.isft_config import (
 )
 
 __all__ = ["CycleSection", "ISFTDPOConfig", "ISFTDPORunSection"]
-
-
-def _help(text: str, **more: Any) -> dict[str, Any]:
-    return {"help": text, **more}
 
 
 @dataclass

@@ -22,6 +22,7 @@ from optima_train.config_io import config_to_dict
 from optima_train.idpo.idpo_trainer import IDPOTrainer
 from optima_train.isft.isft_trainer import ISFTTrainer
 from optima_train.isft_dpo.isft_dpo_config import ISFTDPOConfig
+from optima_train.loop import log_scalars
 from optima_train.run_dir import RunDir, atomic_write_json
 
 __all__ = ["ISFTDPOTrainer"]
@@ -56,11 +57,25 @@ class ISFTDPOTrainer:
         Raises:
             ConfigError: an unknown env id, bad env kwargs, or missing data.
         """
+        for stage in self._first_stages():
+            stage.check_data()
+
+    def check_resources(self) -> None:
+        """Fail fast, before any work: the env and its data (read once) and the models, as the
+        first cycle's stages will use them (see `IterativeTrainer.check_resources`).
+
+        Raises:
+            ConfigError: an unknown env id, bad env kwargs or missing data, or a missing model.
+        """
+        for stage in self._first_stages():
+            stage.check_resources()
+
+    def _first_stages(self) -> tuple[ISFTTrainer, IDPOTrainer]:
         cfg = self.config
         subs = cfg.sub_configs(0, start_model=cfg.model.name, base_model=cfg.model.name,
                                output_dir=str(self.run_dir.root))
-        ISFTTrainer(subs["isft"], console=self.console).check_data()
-        IDPOTrainer(subs["idpo"](cfg.model.name), console=self.console).check_data()
+        return (ISFTTrainer(subs["isft"], console=self.console),
+                IDPOTrainer(subs["idpo"](cfg.model.name), console=self.console))
 
     def train(self) -> list[dict[str, Any]]:
         """Run every stage not finished yet; returns one row per stage iteration."""
@@ -115,10 +130,5 @@ class ISFTDPOTrainer:
         baseline = baseline_dir.done_info("baseline", "evaluation") if baseline_dir.is_done("baseline", "evaluation") \
             else None
         atomic_write_json(self.run_dir.summary_path, {"baseline": baseline, "stages": rows})
-        from torch.utils.tensorboard import SummaryWriter
-
-        with SummaryWriter(log_dir=str(self.run_dir.root / "tensorboard")) as writer:
-            for step, row in enumerate(rows[first_new:], start=first_new):
-                for key in ("heldout_score", "heldout_tokens", "train_loss"):
-                    if row.get(key) is not None:
-                        writer.add_scalar(f"isft_dpo/{key}", float(row[key]), step)
+        log_scalars(self.run_dir.root, "isft_dpo", enumerate(rows[first_new:], start=first_new),
+                    ("heldout_score", "heldout_tokens", "train_loss"))

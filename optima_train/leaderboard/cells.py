@@ -65,7 +65,9 @@ class ModelSpec:
         path is a new model); otherwise the name as given."""
         out: dict[str, Any] = {"model": self.model, "backend": self.backend, "dtype": self.dtype,
                                "backend_kwargs": {k: str(v) for k, v in sorted(self.backend_kwargs.items())}}
-        if self.backend == "openai":
+        from optima_agents.policies.registry import backend_spec
+
+        if not backend_spec(self.backend).loads_weights:  # a server's weights are its own: its name is all we know
             return out
         from optima_agents.models import resolve_model
 

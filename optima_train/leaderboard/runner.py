@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from optima_agents.policies.base import capabilities_of
+from optima_agents.policies.registry import backend_spec
 from optima_agents.systems import System, SystemContext, heldout_questions, make_system
 from optima_agents.systems.base import prefix_vote
 from optima_envs.errors import ConfigError
@@ -89,8 +91,11 @@ class LeaderboardConfig:
                 raise ConfigError(f"{name} must be a positive int, got {value!r}")
         if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.scaling):
             raise ConfigError(f"scaling must list positive ints (e.g. 1,2,4,8), got {list(self.scaling)}")
-        if self.backend == "openai" and not self.base_urls:
-            raise ConfigError("backend 'openai' needs at least one base URL (--base-url http://host:port/v1)")
+        takes_urls = "base_urls" in backend_spec(self.backend).options
+        if takes_urls and not self.base_urls:
+            raise ConfigError(f"backend {self.backend!r} needs at least one base URL (--base-url http://host:port/v1)")
+        if self.base_urls and not takes_urls:
+            raise ConfigError(f"backend {self.backend!r} takes no base URL; --base-url is for server backends (openai)")
         for spec in self.systems:
             make_system(spec)
 
@@ -105,7 +110,7 @@ class LeaderboardConfig:
         return kwargs
 
     def model_specs(self) -> list[ModelSpec]:
-        backend_kwargs = {"base_urls": list(self.base_urls)} if self.backend == "openai" else {}
+        backend_kwargs = {"base_urls": list(self.base_urls)} if self.base_urls else {}
         return [parse_model(m, backend=self.backend, dtype=self.dtype, backend_kwargs=backend_kwargs)
                 for m in self.models]
 
@@ -191,9 +196,8 @@ def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory 
                 run.results.append(_compute(cell, root, questions[where], policy, config))
                 run.computed.append(name)
         finally:
-            close = getattr(policy, "close", None)
-            if callable(close):
-                close()
+            if policy is not None and capabilities_of(policy).close:
+                policy.close()
     return run
 
 
@@ -262,6 +266,6 @@ def _default_policy(model: ModelSpec) -> Any:
     from optima_agents.policies import SamplingParams
     from optima_train.evaluation import build_policy
 
-    path = model.model if model.backend == "openai" else resolve_model(model.model)
+    path = resolve_model(model.model) if backend_spec(model.backend).loads_weights else model.model
     return build_policy(model.backend, path, SamplingParams(), dtype=model.dtype,
                         backend_kwargs=dict(model.backend_kwargs))

@@ -27,18 +27,11 @@ import json
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Sequence
+
+from optima_envs.rewards.turn_loss import TurnLossFn, max_turn_loss
 
 __all__ = ["ReadabilityScorer", "TurnLossFn", "max_turn_loss"]
-
-TurnLossFn = Callable[[Sequence[str]], "list[float | None]"]
-"""Maps utterance texts to their mean token NLL (None for a text with no tokens), in order."""
-
-
-def max_turn_loss(losses: Iterable[float | None]) -> float | None:
-    """The dialogue's readability loss: the largest per-turn loss (None if no turn has one)."""
-    present = [x for x in losses if x is not None]
-    return max(present) if present else None
 
 
 class _DiskCache:

@@ -75,8 +75,10 @@ class TestSchema:
 
     def test_newer_schema_version_is_refused(self, records):
         row = records_to_table(records[:1]).to_pylist()[0]
-        with pytest.raises(ValueError, match=re.escape("schema_version 2, newer than this Optima's 1")):
-            row_to_record({**row, "schema_version": 2})
+        newer = SCHEMA_VERSION + 1
+        message = f"schema_version {newer}, newer than this Optima's {SCHEMA_VERSION}"
+        with pytest.raises(ValueError, match=re.escape(message)):
+            row_to_record({**row, "schema_version": newer})
 
 
 class TestRoundTrip:
@@ -87,7 +89,7 @@ class TestRoundTrip:
         assert read_episodes(part) == records
         assert datasets_rows(tmp_path / "buf", tmp_path) == records
         meta = read_part_metadata(part)
-        assert meta["run"] == "test" and meta["schema_version"] == 1 and "created" in meta
+        assert meta["run"] == "test" and meta["schema_version"] == SCHEMA_VERSION and "created" in meta
 
     def test_plain_load_dataset_reads_it(self, records, tmp_path):
         import datasets

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from optima_agents.policies.base import Action, SamplingParams
+from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams
 from optima_agents.systems import SystemContext, heldout_questions, list_systems, make_system, parse_system
 from optima_agents.systems.base import Sample, majority, prefix_vote, vote_key
 from optima_envs.errors import ConfigError
@@ -16,6 +16,8 @@ from optima_envs.errors import ConfigError
 
 class SeededScript:
     """Replies `fn(observation, seed)`; records every request. Its token ids are one per word."""
+
+    capabilities = PolicyCapabilities(with_sampling=True)
 
     def __init__(self, fn, sampling=None, log=None):
         self.fn, self.sampling = fn, sampling or SamplingParams()
@@ -46,6 +48,7 @@ def _context(policy, env_id="synth-hop-ia", count=4, **env_kwargs):
 
 def _gold(observation):
     """The gold answer of the question in the prompt (synth-hop questions are unique per index)."""
+
     return GOLD[re.search(r"Question: (.*)", _prompt(observation)).group(1)]
 
 
@@ -71,7 +74,7 @@ class TestRegistry:
         assert make_system("sc:k=2").k == 2 and make_system("sc", k=3).k == 3
 
     @pytest.mark.parametrize("spec, message", [
-        ("nope", "unknown system 'nope'; registered: ["),
+        ("nope", "unknown system 'nope'; choose one of ["),
         ("sc:n=4", "system 'sc' has no setting(s) ['n']; its settings: ['k', 'temperature']"),
         ("sc:k=0", "system 'sc': k must be a positive int, got 0"),
         ("sc:k", "settings are key=value pairs separated by colons, got 'k'"),
@@ -187,3 +190,15 @@ class TestDialogue:
 
 def _gold_from_system(obs):
     return GOLD[re.search(r"Question: (.*)", obs["system_prompt"]).group(1)]
+
+
+def test_a_policy_without_with_sampling_is_refused_clearly():
+    from optima_agents.systems import SystemContext
+
+    class Fixed:
+        def act(self, requests):
+            return [Action(text="<A>x</A>") for _ in requests]
+
+    context = SystemContext("synth-hop-ia", {}, [], Fixed(), max_new_tokens=8)
+    with pytest.raises(ConfigError, match="does not declare the with_sampling capability"):
+        context.policy_with(temperature=0.0)

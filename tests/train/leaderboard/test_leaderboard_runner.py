@@ -7,13 +7,15 @@ import json
 
 import pytest
 
-from optima_agents.policies.base import Action, SamplingParams
+from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams
 from optima_envs.errors import ConfigError
 from optima_train.leaderboard import LeaderboardConfig, plan_cells, run_leaderboard, write_reports
 
 
 class Script:
     """Answers the synth-hop gold for even seeds and a wrong city for odd ones; fails when asked."""
+
+    capabilities = PolicyCapabilities(with_sampling=True)
 
     def __init__(self, gold, sampling=None, calls=None, fail_after=None):
         self.gold, self.sampling = gold, sampling or SamplingParams()
@@ -156,6 +158,8 @@ def test_separate_calls_share_one_board(tmp_path, gold):
 class _Anything:
     """Answers 7 to everything (the arithmetic board only needs some scored reply)."""
 
+    capabilities = PolicyCapabilities(with_sampling=True)
+
     def with_sampling(self, sampling):
         return self
 
@@ -219,6 +223,7 @@ def test_the_command_on_the_embedded_model(tmp_path, embedded_model_dir):
 
 def test_tasks_are_played_on_their_heldout_split(tmp_path):
     """A board never plays a task's training split unless told to."""
+
     cells = plan_cells(_config(tmp_path, tasks=["synth-hop-ia", "gsm8k-debate"], systems=["cot"]))
     assert {c.heldout.env_id: c.heldout.env_kwargs["split"] for c in cells} == {
         "synth-hop-ia": "validation", "gsm8k-debate": "test"}

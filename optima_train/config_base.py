@@ -1,0 +1,119 @@
+"""What every trainer config shares: the field-metadata helpers, the backend field (checked
+against the backend registry, not a fixed list) and the base of the `train` sections.
+
+    class DPOTrainSection(TRLTrainSection):
+        TRL_CONFIG = "DPOConfig"
+        learning_rate: float = redefault(TRLTrainSection, "learning_rate", 5e-6, "Peak learning rate (LoRA).")
+        beta: float = field(default=0.1, metadata=help_meta("DPO beta."))
+
+A method's `train` section extends `TRLTrainSection` with its own fields and, where its defaults
+differ, `redefault`s the shared ones; the shared checks (and the check of `train.extra` against
+the method's TRL config class) run in the base's `__post_init__`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from optima_envs.errors import ConfigError
+
+__all__ = ["BACKEND_HELP", "TRLTrainSection", "backend_field", "check_backend", "help_meta", "redefault"]
+
+BACKEND_HELP = ("hf (transformers), vllm (in-process) or openai (OpenAI-compatible servers), or any backend "
+                "installed through the entry-point group optima.backends")
+
+
+def help_meta(text: str, **more: Any) -> dict[str, Any]:
+    """A config field's metadata: its help text, plus e.g. `choices`."""
+    return {"help": text, **more}
+
+
+def redefault(base: type, name: str, default: Any, help: str | None = None) -> Any:
+    """Field `name` of the dataclass `base` with another default (and optionally another help
+    text), for a subclass whose method needs a different value."""
+    original = {f.name: f for f in dataclasses.fields(base)}[name]
+    metadata = {**original.metadata, **({"help": help} if help is not None else {})}
+    return field(default=default, metadata=metadata)
+
+
+def backend_field(default: str, text: str) -> Any:
+    """A `backend` field: any registered backend name (`check_backend` checks it)."""
+    return field(default=default, metadata=help_meta(f"{text} One of: {BACKEND_HELP}."))
+
+
+def check_backend(where: str, name: str) -> Any:
+    """The registered backend `name` (`optima_agents.policies.registry.BackendSpec`), for the
+    config field `where`.
+
+    Raises:
+        ConfigError: `name` is not registered; the message lists the registered backends and
+            says how to register one.
+    """
+    from optima_agents.policies.registry import backend_spec
+
+    try:
+        return backend_spec(name)
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
+
+
+@dataclass
+class TRLTrainSection:
+    """The `train` fields every method passes to its TRL config (`trl_glue.training_args` reads
+    them). A subclass names its TRL config class (`TRL_CONFIG`, which `extra` is checked
+    against), the TRL fields it sets itself (`OWNED`), and adds its own fields."""
+
+    TRL_CONFIG: ClassVar[str] = "SFTConfig"
+    METHOD: ClassVar[str] = "iSFT"
+    OWNED: ClassVar[tuple[str, ...]] = ("output_dir", "report_to", "seed")
+    OWNED_NOTE: ClassVar[str] = ""
+    AT_LEAST_ONE: ClassVar[tuple[str, ...]] = ("per_device_train_batch_size", "gradient_accumulation_steps",
+                                               "max_length", "logging_steps")
+
+    init: str = field(default="previous", metadata=help_meta(
+        "Each iteration trains from the previous iteration's weights, or from the starting model.",
+        choices=["previous", "base"]))
+    learning_rate: float = field(default=2e-4, metadata=help_meta("Peak learning rate (LoRA default; ~1e-5 for full)."))
+    num_train_epochs: float = field(default=1.0, metadata=help_meta("Epochs over the iteration's training data."))
+    max_steps: int = field(default=-1, metadata=help_meta("If > 0: optimizer steps per iteration (overrides epochs)."))
+    per_device_train_batch_size: int = field(default=4, metadata=help_meta("Examples per step per device."))
+    gradient_accumulation_steps: int = field(default=1, metadata=help_meta("Steps accumulated per optimizer step."))
+    max_length: int = field(default=1024, metadata=help_meta(
+        "Tokens kept per example (longer ones are truncated, the start kept)."))
+    lr_scheduler_type: str = field(default="cosine", metadata=help_meta("transformers scheduler name."))
+    warmup_steps: float = field(default=0.0, metadata=help_meta(
+        "Warmup steps (a float < 1: a fraction of all steps)."))
+    weight_decay: float = field(default=0.0, metadata=help_meta("AdamW weight decay."))
+    bf16: bool = field(default=True, metadata=help_meta("bf16 autocast (fast on CPUs with AMX and on GPUs)."))
+    gradient_checkpointing: bool = field(default=False, metadata=help_meta("Trade compute for memory."))
+    logging_steps: int = field(default=5, metadata=help_meta("Log the losses every this many steps (TensorBoard)."))
+    extra: dict[str, Any] = field(default_factory=dict, metadata=help_meta(
+        "Any other field of the method's TRL config (trl.SFTConfig for iSFT, trl.DPOConfig for iDPO), passed "
+        "through; checked at parse time."))
+
+    def __post_init__(self) -> None:
+        if self.learning_rate <= 0:
+            raise ConfigError(f"train.learning_rate must be > 0, got {self.learning_rate}")
+        if self.max_steps <= 0 and self.num_train_epochs <= 0:
+            raise ConfigError(f"train.num_train_epochs must be > 0 when train.max_steps <= 0 "
+                              f"(got num_train_epochs={self.num_train_epochs}, max_steps={self.max_steps})")
+        for name in self.AT_LEAST_ONE:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.extra:
+            self._check_extra()
+
+    def _check_extra(self) -> None:
+        import trl
+
+        known = {f.name for f in dataclasses.fields(getattr(trl, self.TRL_CONFIG))}
+        owned = {f.name for f in dataclasses.fields(self)} | set(self.OWNED)
+        unknown = sorted(set(self.extra) - known)
+        clash = sorted(set(self.extra) & owned)
+        if unknown:
+            raise ConfigError(f"train.extra has keys that are not trl.{self.TRL_CONFIG} fields: {unknown}")
+        if clash:
+            raise ConfigError(f"train.extra sets {clash}, which the {self.METHOD} config owns; set them directly"
+                              f"{self.OWNED_NOTE}")
