@@ -1,4 +1,4 @@
-"""A third-party package adds a policy backend and a training algorithm through entry points,
+"""A third-party package adds a policy backend, a training algorithm and a leaderboard system through entry points,
 with no change to this project: a tiny package is built and installed into a temporary folder
 (never into the venv), and a fresh interpreter that sees that folder uses both by name, from a
 config file and from the command line."""
@@ -31,14 +31,22 @@ echo = "optima_echo_plugin:EchoPolicy"
 [project.entry-points."optima.algorithms"]
 echo-isft = "optima_echo_plugin:ALGORITHM"
 
+[project.entry-points."optima.systems"]
+first-word = "optima_echo_plugin:FirstWord"
+
 [tool.setuptools]
 py-modules = ["optima_echo_plugin"]
 """
 
 PLUGIN = '''\
-"""A policy that answers every turn with one tagged answer, and iSFT under another name."""
+"""A policy that answers every turn with one tagged answer, iSFT under another name, and a
+leaderboard system that answers with the first word of each question."""
+
+from dataclasses import dataclass
 
 from optima_agents.policies import Action, PolicyCapabilities, SamplingParams
+from optima_agents.systems import System
+from optima_agents.systems.base import Outcome
 from optima_train.algorithms import AlgorithmSpec
 
 
@@ -58,6 +66,20 @@ class EchoPolicy:
 
     def identity(self):
         return {"backend": "echo", "model": self.model, "sampling": self.sampling.to_dict()}
+
+
+@dataclass
+class FirstWord(System):
+    """Answers the first word of the question, without a model (a system needs no policy)."""
+
+    name = "first-word"
+    summary = "the question's first word"
+
+    def run(self, context):
+        metric = context.env().task.metric
+        return [Outcome(position=q.position, instance_id=q.instance.instance_id, answer=q.instance.question.split()[0],
+                        score=metric(q.instance.question.split()[0], q.instance), score_ok=True, tokens=0)
+                for q in context.questions]
 
 
 ALGORITHM = AlgorithmSpec("echo-isft", config="optima_train.isft:ISFTConfig", trainer="optima_train.isft:ISFTTrainer",
@@ -88,11 +110,17 @@ try:
 except ConfigError as error:
     unknown = str(error)
 cli = CliRunner().invoke(app, ["train", "echo-isft", "--config", sys.argv[1], "--iterations", "4", "--print-config"])
+from optima_agents.systems import SystemContext, heldout_questions, list_systems, make_system
+
+questions = heldout_questions(cfg.task.env_id, cfg.task.eval_kwargs(), count=2)
+outcomes = make_system("first-word").run(SystemContext(cfg.task.env_id, cfg.task.eval_kwargs(), questions, policy))
 print(json.dumps({
     "names": backend_names(), "type": type(policy).__name__, "with_sampling": capabilities_of(policy).with_sampling,
     "texts": [t.text for r in records for t in r.turns], "end_reasons": [r.end_reason for r in records],
     "identities": sorted({p["backend"] for r in records for p in r.policies.values()}),
     "unknown": unknown, "cli_exit": cli.exit_code, "cli_output": cli.output,
+    "systems": sorted(list_systems()), "answers": [o.answer for o in outcomes],
+    "first_words": [q.instance.question.split()[0] for q in questions],
 }))
 '''
 
@@ -140,10 +168,15 @@ def test_an_installed_backend_and_algorithm_are_used_by_name(plugin_site, tmp_pa
         in out["unknown"] and "entry-point group 'optima.backends'" in out["unknown"]
     assert out["cli_exit"] == 0, out["cli_output"]
     assert "backend: echo" in out["cli_output"] and "iterations: 4" in out["cli_output"]
+    assert "first-word" in out["systems"] and {"cot", "sc", "mas"} <= set(out["systems"])
+    assert out["answers"] == out["first_words"] and len(out["answers"]) == 2
 
 
 def test_the_venv_itself_has_no_plugin(plugin_site):
     from optima_agents.policies import backend_names
     from optima_train.algorithms import algorithm_names
 
+    from optima_agents.systems import list_systems
+
     assert "echo" not in backend_names() and "echo-isft" not in algorithm_names()
+    assert "first-word" not in list_systems()
