@@ -30,6 +30,9 @@ class Row:
         self.score = result.score
         self.tokens = result.tokens
         self.summary = result.summary
+        # Questions with a final answer at all: a small model's low score is often no answer in
+        # the task's format rather than a wrong one.
+        self.answered = sum(1 for o in result.outcomes if o.answer not in (None, ""))
 
     @property
     def family(self) -> str:
@@ -65,14 +68,14 @@ def task_table(rows: Sequence[Row]) -> str:
     """Markdown rows for one task, best score first."""
     front = pareto_front(rows)
     order = sorted(range(len(rows)), key=lambda i: (-_nan0(rows[i].score.mean), _nan0(rows[i].tokens.mean)))
-    lines = ["| system | model | score [95% CI] | tokens / question [95% CI] | scored | infra failures | "
-             "scoring failures | Pareto |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| system | model | score [95% CI] | tokens / question [95% CI] | answered | scored | infra failures | "
+             "scoring failures | Pareto |", "|---|---|---|---|---|---|---|---|---|"]
     for i in order:
         r = rows[i]
         s = r.summary
         lines.append(f"| {r.system} | {r.model} | {_fmt(r.score.mean)} [{_fmt(r.score.low)}, {_fmt(r.score.high)}] | "
                      f"{_fmt(r.tokens.mean, '.1f')} [{_fmt(r.tokens.low, '.1f')}, {_fmt(r.tokens.high, '.1f')}] | "
-                     f"{s['scored']}/{s['questions']} | {s['infra_failures']} | {s['scoring_failures']} | "
+                     f"{r.answered}/{s['questions']} | {s['scored']}/{s['questions']} | {s['infra_failures']} | {s['scoring_failures']} | "
                      f"{'yes' if i in front else ''} |")
     return "\n".join(lines)
 
@@ -190,7 +193,7 @@ def _task_header(task: str, rows: Sequence[Row], commands: Sequence[str]) -> str
     return (f"# Leaderboard: {task}\n\n{made_by}Held-out: {held['count']} questions from index "
             f"{held['first_index']}, evidence dealt by seed {held['seed']}+i, env v{held['env_version']}"
             f"{', ' + str(held['env_kwargs']) if held['env_kwargs'] else ''}. Score over scored questions; "
-            "tokens are everything the model generated per question (all samples, rounds and turns). "
+            "answered: questions with a final answer in the task's format; tokens are everything the model generated per question (all samples, rounds and turns). "
             "Infra and scoring failures are counted apart, never as wrong answers.\n\n")
 
 

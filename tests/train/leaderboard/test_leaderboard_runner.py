@@ -116,7 +116,7 @@ def test_reports(tmp_path, gold):
     names = {p.name for p in paths}
     assert {"leaderboard_synth-hop-ia.md", "plot_synth-hop-ia.png", "leaderboard.md", "leaderboard.json"} <= names
     table = (tmp_path / "board" / "leaderboard_synth-hop-ia.md").read_text()
-    assert "| cot | tiny |" in table and "| sc:k=2 | tiny |" in table and "Pareto" in table
+    assert "| cot | tiny |" in table and "| sc:k=2 | tiny |" in table and "Pareto" in table and "answered" in table
     assert (tmp_path / "board" / "plot_synth-hop-ia.png").read_bytes()[:4] == b"\x89PNG"
     index = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
     assert len(index["cells"]) == len(run.results)
