@@ -1,6 +1,6 @@
 """The training algorithms by name: what `optima train <name>` runs.
 
-Built in (registered here, in code): `isft`, `idpo` and `isft-dpo`. Each is an `AlgorithmSpec`:
+Built in (registered here, in code): `isft`, `idpo`, `isft-dpo` and `grpo`. Each is an `AlgorithmSpec`:
 a typed config dataclass and the trainer class that runs it; `optima train` makes one command
 per registered algorithm, with the same options for all, so a new algorithm needs no CLI code.
 Another package adds one through the entry-point group `optima.algorithms`, naming an
@@ -122,6 +122,10 @@ for _spec in (
     AlgorithmSpec("isft-dpo", "optima_train.isft_dpo:ISFTDPOConfig", "optima_train.isft_dpo:ISFTDPOTrainer",
                   summary="iSFT-DPO: alternate an iSFT stage and an iDPO stage for some cycles.",
                   count_option=("--cycles", "cycles.count"), config_dir="configs/isft_dpo/"),
+    AlgorithmSpec("grpo", "optima_train.grpo:GRPOConfig", "optima_train.grpo:GRPOTrainer",
+                  summary="Multi-agent GRPO: G dialogues per question, group-normalised Optima reward, clipped "
+                          "policy gradient on each agent's own tokens; repeat.",
+                  config_dir="configs/grpo/"),
 ):
     ALGORITHMS.register(_spec.name, _spec)
 

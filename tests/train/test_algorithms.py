@@ -75,14 +75,14 @@ def invoke(*args: str):
 
 class TestAlgorithmRegistry:
     def test_builtins(self):
-        assert algorithm_names()[:3] == ["isft", "idpo", "isft-dpo"]
+        assert algorithm_names()[:4] == ["isft", "idpo", "isft-dpo", "grpo"]
         config_cls, trainer_cls = algorithm("isft").load()
         assert (config_cls, trainer_cls) == (ISFTConfig, ISFTTrainer)
         assert algorithm("isft-dpo").count_option == ("--cycles", "cycles.count")
 
     def test_unknown_name(self):
         with pytest.raises(ConfigError, match=re.escape(
-                "unknown training algorithm 'isfd'; choose one of ['isft', 'idpo', 'isft-dpo']; did you mean")):
+                "unknown training algorithm 'isfd'; choose one of ['isft', 'idpo', 'isft-dpo', 'grpo']; did you mean")):
             algorithm("isfd")
 
     @pytest.mark.parametrize("kwargs, message", [
