@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 from optima_envs.errors import ConfigError
 
-__all__ = ["BACKEND_HELP", "TRLTrainSection", "backend_field", "check_backend", "help_meta", "redefault"]
+__all__ = ["BACKEND_HELP", "LAUNCH_FIELDS", "TRLTrainSection", "backend_field", "check_backend", "help_meta",
+           "launch_keys", "redefault"]
 
 BACKEND_HELP = ("hf (transformers), vllm (in-process) or openai (OpenAI-compatible servers), or any backend "
                 "installed through the entry-point group optima.backends")
@@ -59,6 +60,16 @@ def check_backend(where: str, name: str) -> Any:
         raise ConfigError(f"{where}: {error}") from None
 
 
+#: The `TRLTrainSection` fields that say how a step is launched, not what it trains.
+LAUNCH_FIELDS = ("launcher", "accelerate_config", "launch_args")
+
+
+def launch_keys(*sections: str) -> tuple[str, ...]:
+    """The dotted launch keys of the named train sections (e.g. `launch_keys("sft", "dpo")`), for a
+    config's `RESUMABLE`: a run started inline may resume under `accelerate launch` and back."""
+    return tuple(f"{section}.{name}" for section in sections for name in LAUNCH_FIELDS)
+
+
 @dataclass
 class TRLTrainSection:
     """The `train` fields every method passes to its TRL config (`trl_glue.training_args` reads
@@ -89,6 +100,17 @@ class TRLTrainSection:
     bf16: bool = field(default=True, metadata=help_meta("bf16 autocast (fast on CPUs with AMX and on GPUs)."))
     gradient_checkpointing: bool = field(default=False, metadata=help_meta("Trade compute for memory."))
     logging_steps: int = field(default=5, metadata=help_meta("Log the losses every this many steps (TensorBoard)."))
+    # launch (how, not what: a run may resume under another launcher, see `launch_keys`)
+    launcher: str = field(default="inline", metadata=help_meta(
+        "Where each training step runs: in this process (inline), or under `accelerate launch` in a subprocess "
+        "(accelerate: several processes, GPUs or nodes, DDP or DeepSpeed; see optima_train.trl_glue).",
+        choices=["inline", "accelerate"]))
+    accelerate_config: str | None = field(default=None, metadata=help_meta(
+        "accelerate config file for launcher=accelerate (e.g. configs/gpu/accelerate/1x8_zero3.yaml; None: "
+        "accelerate's own default config)."))
+    launch_args: list[str] = field(default_factory=list, metadata=help_meta(
+        "More `accelerate launch` arguments for launcher=accelerate, after the config file (e.g. "
+        "[--num_processes, '2', --cpu])."))
     extra: dict[str, Any] = field(default_factory=dict, metadata=help_meta(
         "Any other field of the method's TRL config (trl.SFTConfig for iSFT, trl.DPOConfig for iDPO), passed "
         "through; checked at parse time."))
@@ -102,6 +124,10 @@ class TRLTrainSection:
         for name in self.AT_LEAST_ONE:
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.launcher == "inline" and (self.accelerate_config or self.launch_args):
+            raise ConfigError(f"train.accelerate_config={self.accelerate_config!r} and train.launch_args="
+                              f"{self.launch_args!r} apply to launcher=accelerate, but train.launcher='inline'; set "
+                              "train.launcher=accelerate or remove them")
         if self.extra:
             self._check_extra()
 

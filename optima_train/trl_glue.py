@@ -5,18 +5,44 @@ trainable-parameter count) and the merge-save-log finish (`train_with` does all 
 SFT and DPO (and any other TRL trainer a new algorithm uses) differ only in their dataset,
 their own `*Config` fields and the trainer class; everything here is written once so the two
 cannot drift (e.g. one honouring `model.device` and the other not).
+
+**Distributed steps (`train.launcher: accelerate`).** The loop stays one coordinating process; each
+training step it reaches is launched as `accelerate launch [--config_file train.accelerate_config]
+[train.launch_args] -m optima_train.distributed_step <folder>/launch/spec.json` in a subprocess,
+after writing the step's dataset (`launch/dataset`) and everything the trainer is built from
+(`launch/spec.json`: the trainer and config classes, the TRL arguments, the starting weights, LoRA)
+into the step folder. Every rank builds the same trainer from that spec and trains (DDP or DeepSpeed,
+from the accelerate config); the checkpoint is saved through `Trainer.save_model`, which gathers
+sharded weights, and rank 0 merges LoRA and writes `checkpoint/`, `train.json` and `launch/result.json`,
+which this process reads back. Why this, rather than running the whole loop inside the launch with
+rank 0 generating: the generation engine (vLLM, itself tensor-parallel over the same GPUs) and the
+trainer's processes then never hold GPU memory at the same time, the other ranks do not idle through
+hours of generation holding their share of the model, the loop's resume logic (one process, one
+lock, `DONE.json` per step) is unchanged, and a step can be rerun by hand from its saved spec (for
+example on each node of a multi-node DDP launch). The cost is a model load per step, small next to
+the step itself. `launch/launch.log` holds the subprocess's output.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from optima_train.run_dir import atomic_dir, atomic_write_json
+from optima_envs.errors import OptimaError
+from optima_train.run_dir import atomic_dir, atomic_write_json, read_json
 
-__all__ = ["TrainRun", "finish_training", "load_for_training", "lora_config", "quiet_progress", "train_with",
-           "training_args"]
+__all__ = ["TrainRun", "TrainingLaunchError", "count_trainable", "finish_training", "launch_training",
+           "load_for_training", "lora_config", "quiet_progress", "train_with", "training_args"]
+
+
+class TrainingLaunchError(OptimaError, RuntimeError):
+    """Raised when a training step run under `accelerate launch` fails; the message ends with the
+    last lines of its log."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +75,17 @@ def train_with(trainer_cls: Any, args_cls: Any, cfg: Any, init: str, folder: Pat
     Builds `args_cls(**method_args, **training_args(cfg, folder, seed=seed))` and
     `trainer_cls(model, args, train_dataset, processing_class, peft_config, callbacks, **trainer_kwargs)`
     with LoRA from `cfg.lora` and TensorBoard logs in `folder/logs`, trains, then merges and saves
-    `folder/checkpoint` and `folder/train.json` (`finish_training`).
+    `folder/checkpoint` and `folder/train.json` (`finish_training`). With `train.launcher: accelerate`
+    the same run happens under `accelerate launch` (`launch_training`).
     """
+    if cfg.train.launcher == "accelerate":
+        return launch_training(trainer_cls, args_cls, cfg, init, folder, dataset, seed=seed, method_args=method_args,
+                               **trainer_kwargs)
     from torch.utils.tensorboard import SummaryWriter
+    from transformers import set_seed
     from transformers.integrations import TensorBoardCallback
 
+    set_seed(seed)  # the LoRA initialisation draws from torch's global RNG
     tokenizer, model = load_for_training(init)
     peft_config = lora_config(cfg)
     args = args_cls(**dict(method_args or {}), **training_args(cfg, folder, seed=seed))
@@ -61,12 +93,66 @@ def train_with(trainer_cls: Any, args_cls: Any, cfg: Any, init: str, folder: Pat
     try:
         trainer = trainer_cls(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                               peft_config=peft_config, callbacks=[TensorBoardCallback(writer)], **trainer_kwargs)
-        trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+        trainable = count_trainable(trainer.model)
         output = trainer.train()
     finally:
         writer.close()
     history = finish_training(trainer, output, tokenizer, folder)
     return TrainRun(output, history, trainable, peft_config is not None)
+
+
+def launch_training(trainer_cls: Any, args_cls: Any, cfg: Any, init: str, folder: Path, dataset: Any, *, seed: int,
+                    method_args: Mapping[str, Any] | None = None, **trainer_kwargs: Any) -> TrainRun:
+    """`train_with` under `accelerate launch` in a subprocess (see the module doc): writes
+    `folder/launch/{dataset,spec.json}`, runs the launch (its output in `folder/launch/launch.log`,
+    and on stderr when `run.progress`), and reads back what rank 0 wrote.
+
+    Raises:
+        TrainingLaunchError: the launch exited with an error (the log's last lines are in the message).
+    """
+    t = cfg.train
+    launch = folder / "launch"
+    launch.mkdir(parents=True, exist_ok=True)
+    dataset.save_to_disk(str(launch / "dataset"))
+    spec = {"trainer": _qualname(trainer_cls), "args_class": _qualname(args_cls),
+            "args": {**dict(method_args or {}), **training_args(cfg, folder, seed=seed)},
+            "init": str(init), "folder": str(folder.resolve()), "seed": seed,
+            "lora": dataclasses.asdict(cfg.lora) if cfg.lora.enabled else None, "trainer_kwargs": dict(trainer_kwargs)}
+    atomic_write_json(launch / "spec.json", spec)
+    command = [sys.executable, "-m", "accelerate.commands.launch",
+               *(["--config_file", t.accelerate_config] if t.accelerate_config else []), *t.launch_args,
+               "-m", "optima_train.distributed_step", str(launch / "spec.json")]
+    log = launch / "launch.log"
+    with log.open("w", encoding="utf-8") as out:
+        out.write(" ".join(command) + "\n")
+        out.flush()
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                out.write(line)
+                if cfg.run.progress:
+                    sys.stderr.write(line)
+        code = proc.returncode
+    if code != 0 or not (launch / "result.json").is_file():
+        tail = "".join(log.read_text(encoding="utf-8").splitlines(keepends=True)[-25:])
+        raise TrainingLaunchError(f"the training step under `accelerate launch` failed (exit code {code}); "
+                                  f"{log} ends with:\n{tail}")
+    from transformers.trainer_utils import TrainOutput
+
+    result = read_json(launch / "result.json")
+    output = TrainOutput(result["global_step"], result["training_loss"], result["metrics"])
+    return TrainRun(output, read_json(folder / "train.json")["log_history"], result["trainable_parameters"],
+                    result["lora"])
+
+
+def _qualname(cls: Any) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def count_trainable(model: Any) -> int:
+    """Trainable parameters of `model`, also when DeepSpeed ZeRO-3 has partitioned them (a
+    partitioned parameter's `numel()` is 0; its full size is `ds_numel`)."""
+    return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters() if p.requires_grad)
 
 
 def load_for_training(init: str) -> tuple[Any, Any]:

@@ -7,10 +7,16 @@ any installed through the entry-point group `optima.algorithms`; see `optima_tra
 
 Every algorithm gets the same command, built from its `AlgorithmSpec`: `--config`, `--set`,
 `--output-dir`, its run-length shortcut (`--iterations`, or `--cycles` for isft-dpo),
-`--progress/--no-progress`, `--print-config` and `--help-config`. The same command resumes an
+`--progress/--no-progress`, `--print-config`, `--help-config` and `--plan`. The same command resumes an
 interrupted run (from the last finished step). Config problems and missing data or models are
 reported in one message, before any model loads, with exit code 2; `--print-config` checks the
 env id and its data the same way before printing.
+
+    optima train isft --config configs/gpu/isft/hotpotqa.yaml --plan --gpu-type a100-80gb
+
+`--plan` checks the config and prints its launch plan (processes, GPUs per role, memory per GPU,
+tokens and GPU-hours per iteration; `optima_train.plan_report`) without loading a model or data;
+it exits with 2 when the plan lists problems (a phase that does not fit its GPUs).
 """
 
 from __future__ import annotations
@@ -55,6 +61,28 @@ def config_help(cls: type) -> str:
 
 
 # ---------------------------------------------------------------------- shared steps
+def _plan(config_cls: type, config: Path | None, overrides: list[str], extra: dict[str, Any], command: str,
+          gpu_type: str, model_size: str | None, prompt_tokens: int) -> None:
+    """Parse the config and print its launch plan; exit 2 on a config error or a listed problem."""
+    from optima_train.config_io import load_config
+    from optima_train.plan import GPUS
+    from optima_train.plan_report import build_report
+
+    if gpu_type not in GPUS:
+        _fail(f"--gpu-type {gpu_type!r} is not one of {sorted(GPUS)}")
+    if prompt_tokens < 1:
+        _fail(f"--prompt-tokens must be >= 1, got {prompt_tokens}")
+    try:
+        cfg = load_config(config_cls, config, overrides, extra=extra)
+        report = build_report(cfg, command=command, gpu=GPUS[gpu_type], model_size=model_size,
+                              prompt_tokens=prompt_tokens)
+    except ConfigError as error:
+        _fail(str(error))
+    print(report.text(), end="")
+    if report.problems:
+        raise typer.Exit(code=2)
+
+
 def _train(config_cls: type, trainer_cls: type, config: Path | None, overrides: list[str],
            extra: dict[str, Any], print_config: bool, help_config: bool) -> None:
     """Parse, check resources, train. Exit codes: 2 for a bad config or a missing resource, 1 for a
@@ -114,12 +142,25 @@ def algorithm_command(spec: AlgorithmSpec) -> Callable[..., None]:
         progress: bool | None = typer.Option(None, "--progress/--no-progress", help="Progress bars (run.progress)."),
         print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
         help_config: bool = typer.Option(False, "--help-config", help="List every config field and exit."),
+        plan: bool = typer.Option(False, "--plan", help="Check the config and print its launch plan (processes, "
+                                  "GPUs, memory per GPU, tokens and GPU-hours per iteration); loads nothing."),
+        gpu_type: str = typer.Option("a100-80gb", "--gpu-type", help="With --plan: the GPU (a100-80gb, a100-40gb, "
+                                     "h100-80gb, h200-141gb)."),
+        model_size: str | None = typer.Option(None, "--model-size", help="With --plan: size the model as this known "
+                                              "model, model folder, or parameter count (8.03e9, 8B)."),
+        prompt_tokens: int = typer.Option(1000, "--prompt-tokens", help="With --plan: assumed prompt tokens per "
+                                          "agent (system prompt and evidence)."),
     ) -> None:
         try:
             config_cls, trainer_cls = spec.load()
         except (ConfigError, ImportError) as error:
             _fail(f"algorithm {spec.name!r} cannot be loaded: {error}")
         extra = _run_extra(output_dir, progress, **{section: {key: count}})
+        if plan:
+            shown = " ".join([f"optima train {spec.name}", *([f"--config {config}"] if config else []),
+                              *(f"--set {o}" for o in overrides)])
+            _plan(config_cls, config, overrides, extra, shown, gpu_type, model_size, prompt_tokens)
+            return
         _train(config_cls, trainer_cls, config, overrides, extra, print_config, help_config)
 
     command.__doc__ = spec.summary

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optima_envs.errors import ConfigError
-from optima_train.config_base import TRLTrainSection, backend_field, check_backend, redefault
+from optima_train.config_base import TRLTrainSection, backend_field, check_backend, launch_keys, redefault
 from optima_train.config_base import help_meta as _help
 from optima_train.idpo.idpo_config import check_question_ranges
 from optima_train.isft.isft_config import (
@@ -120,6 +120,9 @@ class GRPOTrainSection(TRLTrainSection):
         if self.advantage_eps < 0:
             raise ConfigError(f"train.advantage_eps must be >= 0, got {self.advantage_eps}")
         super().__post_init__()
+        if self.launcher != "inline":
+            raise ConfigError(f"train.launcher={self.launcher!r}: GRPO trains in the loop's own process "
+                              "(its clipped-loss trainer has no distributed step yet); use train.launcher=inline")
 
     def _check_extra(self) -> None:
         from optima_train.grpo.grpo_trainer import GRPOArguments
@@ -162,7 +165,7 @@ class GRPOConfig:
     run: GRPORunSection = field(default_factory=GRPORunSection)
 
     #: Fields that may differ when resuming a run (everything else must match the stored config).
-    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads")
+    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", *launch_keys("train"))
 
     def __post_init__(self) -> None:
         check_question_ranges(self.task, self.eval, self.task.train_first_index, self.task.train_questions)

@@ -21,7 +21,7 @@ from typing import Any
 
 from optima_agents.mcts.mcts_config import MCTSConfig, PairConfig
 from optima_envs.errors import ConfigError
-from optima_train.config_base import TRLTrainSection, backend_field, check_backend, redefault
+from optima_train.config_base import TRLTrainSection, backend_field, check_backend, launch_keys, redefault
 from optima_train.config_base import help_meta as _help
 from optima_train.isft.isft_config import (
     EvalSection,
@@ -130,7 +130,7 @@ class IDPOConfig:
     run: IDPORunSection = field(default_factory=IDPORunSection)
 
     #: Fields that may differ when resuming a run (everything else must match the stored config).
-    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads")
+    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", *launch_keys("train"))
 
     def __post_init__(self) -> None:
         iterations = self.run.iterations if self.search.new_questions_each_iteration else 1

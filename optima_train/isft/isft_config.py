@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optima_envs.errors import ConfigError
-from optima_train.config_base import TRLTrainSection, backend_field, check_backend
+from optima_train.config_base import TRLTrainSection, backend_field, check_backend, launch_keys
 from optima_train.config_base import help_meta as _help
 
 __all__ = [
@@ -242,7 +242,7 @@ class ISFTConfig:
     run: RunSection = field(default_factory=RunSection)
 
     #: Fields that may differ when resuming a run (everything else must match the stored config).
-    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads")
+    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", *launch_keys("train"))
 
     def __post_init__(self) -> None:
         t = self.task

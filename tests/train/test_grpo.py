@@ -321,3 +321,11 @@ class TestTinyIteration:
         assert {"reward_mean", "reward_std", "zero_variance_groups", "mean_ratio", "clip_fraction", "kl",
                 "mean_advantage", "train_loss"} <= set(metrics)
         assert read_json(it / "evaluation" / "metrics.json")["model"] == str(ckpt)
+
+
+def test_grpo_refuses_a_launcher_it_cannot_use():
+    from optima_train.config_io import load_config
+    from optima_train.grpo import GRPOConfig
+
+    with pytest.raises(ConfigError, match="GRPO trains in the loop's own process"):
+        load_config(GRPOConfig, None, ["train.launcher=accelerate"])
