@@ -107,10 +107,10 @@ def main() -> None:
         raise SystemExit("a repeated result needs at least two seeds (three or more to report a spread)")
     models = []
     for seed in seeds:
-        run_dir = ROOT / args.runs.format(seed=seed)
+        run_dir = Path(args.runs.format(seed=seed))
         train(args.method, args.config, seed, args.iterations, run_dir, args.sets)
         for it in range(args.iterations):
-            checkpoint = RunDir(run_dir).checkpoint(it)
+            checkpoint = RunDir(ROOT / run_dir).checkpoint(it)
             models.append(f"{args.method}-it{it}-seed{seed}={checkpoint}")
     config = LeaderboardConfig(tasks=[TASK], systems=["mas"], models=models, backend="vllm", questions=args.questions,
                                max_new_tokens=args.max_new_tokens, max_turns=args.max_turns,
