@@ -73,11 +73,18 @@ import transformers
 
 from optima_train.grpo.grpo_config import GRPOConfig
 from optima_train.loop import IterativeTrainer
+from optima_train.sampled_dialogues import (
+    EPISODES,
+    SampledDialogues,
+    component_means,
+    load_records,
+    mean,
+    save_records,
+)
 
 __all__ = ["ClippedPolicyTrainer", "GRPOArguments", "GRPOTrainer", "GroupAdvantages", "PolicyExample",
            "clipped_policy_loss", "group_advantages", "policy_examples", "token_logprobs", "train_grpo"]
 
-_EPISODES = "episodes"  # an episode buffer directory (optima_train.buffers)
 
 
 # ---------------------------------------------------------------------------------- pure parts
@@ -447,19 +454,7 @@ def train_grpo(cfg: GRPOConfig, rows: list[dict[str, Any]], init: str, folder: P
 
 
 # ---------------------------------------------------------------------------------- the loop
-def _save_records(path: Path, records: list[Any]) -> None:
-    from optima_train.buffers import write_episodes
-
-    write_episodes(path, records, metadata={"writer": "grpo"})
-
-
-def _load_records(path: Path) -> list[Any]:
-    from optima_train.buffers import read_episodes
-
-    return read_episodes(path)
-
-
-class GRPOTrainer(IterativeTrainer):
+class GRPOTrainer(SampledDialogues, IterativeTrainer):
     """Runs (or resumes) a multi-agent GRPO run described by a `GRPOConfig` (arguments:
     `IterativeTrainer`)."""
 
@@ -471,12 +466,6 @@ class GRPOTrainer(IterativeTrainer):
                "reward_std", "zero_variance_groups", "train_loss", "mean_ratio", "clip_fraction", "kl")
 
     # ------------------------------------------------------------------ models
-    def model_after(self, it: int) -> str:
-        """The model iteration `it` produced: its checkpoint, or `model_before(it)` when it did not train."""
-        if self.run_dir.done_info(it, "training").get("skipped"):
-            return self.model_before(it)
-        return str(self.run_dir.checkpoint(it))
-
     def _sampling(self) -> Any:
         from optima_agents.policies import SamplingParams
 
@@ -484,72 +473,35 @@ class GRPOTrainer(IterativeTrainer):
         return SamplingParams(temperature=g.temperature, top_p=1.0, max_new_tokens=g.max_new_tokens,
                               seed=self.config.run.seed, logprobs=self.config.train.old_logprobs == "backend")
 
-    def _eval_sampling(self) -> Any:
-        from optima_agents.policies import SamplingParams
-
-        g, e = self.config.generation, self.config.eval
-        return SamplingParams(temperature=0.0, max_new_tokens=e.max_new_tokens or g.max_new_tokens, seed=None)
-
-    def _eval_max_live(self) -> int | None:
-        return self.config.generation.max_live
-
     # ------------------------------------------------------------------ steps
     def _generation(self, folder: Path, it: int) -> dict[str, Any]:
-        from optima_agents.rollout import EpisodeSpec, RolloutEngine, derive_seed
-
-        cfg, t, g = self.config, self.config.task, self.config.generation
-        specs = [EpisodeSpec(seed=derive_seed(cfg.run.seed, it, q, j), index=q)
-                 for q in range(t.train_first_index, t.train_first_index + t.train_questions)
-                 for j in range(g.group_size)]
-        policy = self._policy_for(self.model_before(it), self._sampling())
-        engine = RolloutEngine(t.env_id, policy, env_kwargs=self._env_kwargs(t.train_kwargs()), max_live=g.max_live,
-                               progress=cfg.run.progress)
-        records = engine.run(specs)
-        _save_records(folder / _EPISODES, records)
-        stats = engine.last_stats
-        ran = [r for r in records if not r.infra_failure]
-        turns = [x for r in ran for x in r.turns]
-        return {"model": self.model_before(it), "episodes": len(records), "infra_failures": stats.infra_failures,
-                "generated_tokens": stats.generated_tokens, "tokens_per_s": round(stats.tokens_per_s, 2),
-                "mean_tokens": _mean([r.total_tokens for r in ran]),
-                "mean_score": _mean([r.score for r in ran if r.scored]),
-                "turns_with_logprobs": sum(x.logprobs is not None for x in turns), "turns": len(turns)}
+        records, info = self._sample_dialogues(folder, it, per_question=self.config.generation.group_size,
+                                               sampling=self._sampling())
+        turns = [x for r in records if not r.infra_failure for x in r.turns]
+        return {**info, "turns_with_logprobs": sum(x.logprobs is not None for x in turns), "turns": len(turns)}
 
     def _scoring(self, folder: Path, it: int) -> dict[str, Any]:
-        from optima_train.rewards import DialogueSample, Turn, compute_rewards
-
-        r = self.config.reward
-        records = _load_records(self.run_dir.step_dir(it, "generation") / _EPISODES)
-        samples = [DialogueSample(group=rec.instance_id, agents=tuple(rec.agents),
-                                  utterances=tuple(Turn(x.speaker, x.text) for x in rec.turns), tokens=rec.total_tokens,
-                                  score=rec.score, score_ok=rec.score_ok, infra_failed=rec.infra_failure)
-                   for rec in records]
-        loss_fn = self._reference() if r.lambda_loss > 0 else None
-        batch = compute_rewards(samples, weights=r.weights(), turn_loss=loss_fn,
-                                token_normalization=r.token_normalization, token_percentile=r.token_percentile,
-                                repeat_ratio=r.repeat_ratio, repeat_min_chars=r.repeat_min_chars)
+        records, batch, loss_fn = self._rewarded(it)
         rewards = [res.reward for res in batch.results]
         adv = group_advantages(rewards, [rec.instance_id for rec in records], eps=self.config.train.advantage_eps)
-        scored = [replace(rec, reward_components={**rec.reward_components, **_floats(res.components),
-                                                  "advantage": a})
-                  for rec, res, a in zip(records, batch.results, adv.advantages)]
-        _save_records(folder / _EPISODES, scored)
+        scored = [replace(rec, reward_components={**rec.reward_components, "advantage": a})
+                  for rec, a in zip(records, adv.advantages)]
+        save_records(folder / EPISODES, scored, writer=self.NAME)
         present = [float(x) for x in rewards if x is not None]
         return {"episodes": len(records), "ranked": len(present), "excluded": batch.excluded,
-                "reward_mean": _mean(present), "reward_std": round(statistics.pstdev(present), 6) if present else None,
+                "reward_mean": mean(present), "reward_std": round(statistics.pstdev(present), 6) if present else None,
                 "groups": adv.groups, "zero_variance_groups": adv.zero_variance_groups,
                 "learning_groups": adv.learning_groups, "empty_groups": adv.empty_groups,
-                "mean_abs_advantage": _mean([abs(a) for a in adv.advantages if a is not None]),
-                "component_means": {key: _mean([res.components.get(key) for res in batch.results
-                                                if res.reward is not None])
-                                    for key in ("score", "tokens", "token_cost", "readability", "format_rate")},
+                "mean_abs_advantage": mean([abs(a) for a in adv.advantages if a is not None]),
+                "component_means": component_means(batch.results, ("score", "tokens", "token_cost", "readability",
+                                                                    "format_rate")),
                 "readability_computed": getattr(loss_fn, "computed", None)}
 
     def _training(self, folder: Path, it: int) -> dict[str, Any]:
         from transformers import AutoTokenizer
 
         cfg = self.config
-        records = _load_records(self.run_dir.step_dir(it, "scoring") / _EPISODES)
+        records = load_records(self.run_dir.step_dir(it, "scoring") / EPISODES)
         tokenizer = AutoTokenizer.from_pretrained(self.model_before(it))
         rows = [ex.to_row() for pos, rec in enumerate(records)
                 if rec.reward_components.get("advantage") not in (None, 0.0)
@@ -600,12 +552,3 @@ def _write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     pq.write_table(pa.Table.from_pylist(list(rows), schema=schema), tmp)
     os.replace(tmp, path)
-
-
-def _floats(components: Mapping[str, Any]) -> dict[str, float | None]:
-    return {k: None if v is None else float(v) for k, v in components.items()}
-
-
-def _mean(values: Any) -> float | None:
-    present = [float(v) for v in values if v is not None and not math.isnan(float(v))]
-    return round(sum(present) / len(present), 6) if present else None

@@ -21,33 +21,24 @@ Each step writes a `DONE.json` last; a restarted run skips finished steps (`run_
 
 from __future__ import annotations
 
-import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from optima_train.isft.isft_config import ISFTConfig
 from optima_train.loop import IterativeTrainer, PolicyFactory, StepHook
 from optima_train.run_dir import atomic_write_json
+from optima_train.sampled_dialogues import (
+    EPISODES,
+    SampledDialogues,
+    component_means,
+    load_records,
+    mean,
+    save_records,
+)
 
 __all__ = ["ISFTTrainer", "PolicyFactory", "StepHook"]
 
-_EPISODES = "episodes"  # an episode buffer directory (optima_train.buffers)
-
-
-def _save_records(path: Path, records: list[Any]) -> None:
-    from optima_train.buffers import write_episodes
-
-    write_episodes(path, records, metadata={"writer": "isft"})
-
-
-def _load_records(path: Path) -> list[Any]:
-    from optima_train.buffers import read_episodes
-
-    return read_episodes(path)
-
-
-class ISFTTrainer(IterativeTrainer):
+class ISFTTrainer(SampledDialogues, IterativeTrainer):
     """Runs (or resumes) an iSFT run described by an `ISFTConfig` (arguments: `IterativeTrainer`)."""
 
     config: ISFTConfig
@@ -58,13 +49,6 @@ class ISFTTrainer(IterativeTrainer):
                "kept_examples", "train_loss")
 
     # ------------------------------------------------------------------ models
-    def model_after(self, it: int) -> str:
-        """The model iteration `it` produced: its checkpoint, or `model_before(it)` when nothing was
-        selected (found from the run folder, so a moved run directory still resumes)."""
-        if self.run_dir.done_info(it, "training").get("skipped"):
-            return self.model_before(it)
-        return str(self.run_dir.checkpoint(it))
-
     def _sampling(self) -> Any:
         from optima_agents.policies import SamplingParams
 
@@ -72,58 +56,22 @@ class ISFTTrainer(IterativeTrainer):
         return SamplingParams(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_new_tokens,
                               seed=self.config.run.seed)
 
-    def _eval_sampling(self) -> Any:
-        from optima_agents.policies import SamplingParams
-
-        g, e = self.config.generation, self.config.eval
-        return SamplingParams(temperature=0.0, max_new_tokens=e.max_new_tokens or g.max_new_tokens, seed=None)
-
-    def _eval_max_live(self) -> int | None:
-        return self.config.generation.max_live
-
     # ------------------------------------------------------------------ steps
     def _generation(self, folder: Path, it: int) -> dict[str, Any]:
-        from optima_agents.rollout import EpisodeSpec, RolloutEngine, derive_seed
-
-        cfg, t, g = self.config, self.config.task, self.config.generation
+        g = self.config.generation
         options = {"format_instruction": "sample"} if it == 0 and g.format_pool_first_iteration else {}
-        specs = [EpisodeSpec(seed=derive_seed(cfg.run.seed, it, q, j), index=q, options=options)
-                 for q in range(t.train_first_index, t.train_first_index + t.train_questions)
-                 for j in range(g.samples_per_question)]
-        policy = self._policy_for(self.model_before(it), self._sampling())
-        engine = RolloutEngine(t.env_id, policy, env_kwargs=self._env_kwargs(t.train_kwargs()), max_live=g.max_live,
-                               progress=cfg.run.progress)
-        records = engine.run(specs)
-        _save_records(folder / _EPISODES, records)
-        stats = engine.last_stats
-        ran = [r for r in records if not r.infra_failure]
-        return {"model": self.model_before(it), "episodes": len(records), "infra_failures": stats.infra_failures,
-                "generated_tokens": stats.generated_tokens, "tokens_per_s": round(stats.tokens_per_s, 2),
-                "mean_tokens": _mean([r.total_tokens for r in ran]),
-                "mean_score": _mean([r.score for r in ran if r.scored])}
+        _, info = self._sample_dialogues(folder, it, per_question=g.samples_per_question, sampling=self._sampling(),
+                                         options=options)
+        return info
 
     def _scoring(self, folder: Path, it: int) -> dict[str, Any]:
-        from optima_train.rewards import DialogueSample, Turn, compute_rewards
-
-        r = self.config.reward
-        records = _load_records(self.run_dir.step_dir(it, "generation") / _EPISODES)
-        samples = [DialogueSample(group=rec.instance_id, agents=tuple(rec.agents),
-                                  utterances=tuple(Turn(x.speaker, x.text) for x in rec.turns), tokens=rec.total_tokens,
-                                  score=rec.score, score_ok=rec.score_ok, infra_failed=rec.infra_failure)
-                   for rec in records]
-        loss_fn = self._reference() if r.lambda_loss > 0 else None
-        batch = compute_rewards(samples, weights=r.weights(), turn_loss=loss_fn,
-                                token_normalization=r.token_normalization, token_percentile=r.token_percentile,
-                                repeat_ratio=r.repeat_ratio, repeat_min_chars=r.repeat_min_chars)
-        scored = [replace(rec, reward_components={**rec.reward_components, **_floats(res.components)})
-                  for rec, res in zip(records, batch.results)]
-        _save_records(folder / _EPISODES, scored)
+        scored, batch, loss_fn = self._rewarded(it)
+        save_records(folder / EPISODES, scored, writer=self.NAME)
         rewards = [res.reward for res in batch.results if res.reward is not None]
-        means = {}
-        for key in ("score", "tokens", "token_cost", "readability", "format_rate", "max_turn_lm_loss"):
-            means[key] = _mean([res.components.get(key) for res in batch.results if res.reward is not None])
-        return {"episodes": len(records), "ranked": len(rewards), "excluded": batch.excluded,
-                "mean_reward": _mean(rewards), "component_means": means,
+        means = component_means(batch.results, ("score", "tokens", "token_cost", "readability", "format_rate",
+                                                "max_turn_lm_loss"))
+        return {"episodes": len(scored), "ranked": len(rewards), "excluded": batch.excluded,
+                "mean_reward": mean(rewards), "component_means": means,
                 "readability_texts": batch.readability_texts,
                 "readability_computed": getattr(loss_fn, "computed", None)}
 
@@ -139,7 +87,7 @@ class ISFTTrainer(IterativeTrainer):
         )
 
         cfg, s = self.config, self.config.selection
-        records = _load_records(self.run_dir.step_dir(it, "scoring") / _EPISODES)
+        records = load_records(self.run_dir.step_dir(it, "scoring") / EPISODES)
         n = cfg.generation.samples_per_question
         candidates = [Candidate(key=pos, group=rec.instance_id, reward=rec.reward_components.get("reward"),
                                 score=rec.score, tokens=rec.total_tokens, sample_index=pos % n,
@@ -160,8 +108,8 @@ class ISFTTrainer(IterativeTrainer):
         atomic_write_json(folder / "selection.json", {"stats": result.stats, "selected": chosen})
         return {**result.stats, "examples": len(rows),
                 "loss_tokens": sum(sum(r["assistant_masks"]) for r in rows),
-                "mean_selected_tokens": _mean([c["tokens"] for c in chosen]),
-                "mean_selected_score": _mean([c["score"] for c in chosen])}
+                "mean_selected_tokens": mean([c["tokens"] for c in chosen]),
+                "mean_selected_score": mean([c["score"] for c in chosen])}
 
     def _training(self, folder: Path, it: int) -> dict[str, Any]:
         cfg = self.config
@@ -203,12 +151,3 @@ def train_sft(cfg: ISFTConfig, data: Path, init: str, folder: Path, *, seed: int
             "steps": run.output.global_step, "train_loss": run.output.training_loss,
             "last_logged_loss": losses[-1] if losses else None, "trainable_parameters": run.trainable_parameters,
             "lora": cfg.lora.enabled}
-
-
-def _floats(components: Mapping[str, Any]) -> dict[str, float | None]:
-    return {k: None if v is None else float(v) for k, v in components.items()}
-
-
-def _mean(values: Any) -> float | None:
-    present = [float(v) for v in values if v is not None and not math.isnan(float(v))]
-    return round(sum(present) / len(present), 6) if present else None

@@ -1,0 +1,107 @@
+"""The steps that sample-then-train loops share (iSFT, GRPO): sample dialogues per training
+question into an episode buffer, and give each one the Optima reward.
+
+`SampledDialogues` is a mixin for `IterativeTrainer` subclasses whose config has `task`,
+`generation` (`max_new_tokens`, `max_live`), `reward`, `eval` and `run` sections; the loop keeps
+its own step methods and calls these for the shared part.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+__all__ = ["EPISODES", "SampledDialogues", "component_means", "floats", "load_records", "mean", "save_records"]
+
+EPISODES = "episodes"  # an episode buffer directory (optima_train.buffers)
+
+
+def save_records(path: Path, records: list[Any], *, writer: str) -> None:
+    from optima_train.buffers import write_episodes
+
+    write_episodes(path, records, metadata={"writer": writer})
+
+
+def load_records(path: Path) -> list[Any]:
+    from optima_train.buffers import read_episodes
+
+    return read_episodes(path)
+
+
+def floats(components: Mapping[str, Any]) -> dict[str, float | None]:
+    return {k: None if v is None else float(v) for k, v in components.items()}
+
+
+def mean(values: Any) -> float | None:
+    """The mean of the present, non-NaN values (None when there are none), rounded for summaries."""
+    present = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    return round(sum(present) / len(present), 6) if present else None
+
+
+class SampledDialogues:
+    """Shared models, evaluation settings, sampling and reward of the sample-then-train loops."""
+
+    def model_after(self, it: int) -> str:
+        """The model iteration `it` produced: its checkpoint, or `model_before(it)` when it did not
+        train (found from the run folder, so a moved run directory still resumes)."""
+        if self.run_dir.done_info(it, "training").get("skipped"):
+            return self.model_before(it)
+        return str(self.run_dir.checkpoint(it))
+
+    def _eval_sampling(self) -> Any:
+        from optima_agents.policies import SamplingParams
+
+        g, e = self.config.generation, self.config.eval
+        return SamplingParams(temperature=0.0, max_new_tokens=e.max_new_tokens or g.max_new_tokens, seed=None)
+
+    def _eval_max_live(self) -> int | None:
+        return self.config.generation.max_live
+
+    def _sample_dialogues(self, folder: Path, it: int, *, per_question: int, sampling: Any,
+                          options: Mapping[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
+        """`per_question` seeded dialogues for every training question with `model_before(it)`,
+        saved to `folder`; returns the records and the step's info."""
+        from optima_agents.rollout import EpisodeSpec, RolloutEngine, derive_seed
+
+        cfg, t = self.config, self.config.task
+        specs = [EpisodeSpec(seed=derive_seed(cfg.run.seed, it, q, j), index=q, options=dict(options or {}))
+                 for q in range(t.train_first_index, t.train_first_index + t.train_questions)
+                 for j in range(per_question)]
+        policy = self._policy_for(self.model_before(it), sampling)
+        engine = RolloutEngine(t.env_id, policy, env_kwargs=self._env_kwargs(t.train_kwargs()),
+                               max_live=cfg.generation.max_live, progress=cfg.run.progress)
+        records = engine.run(specs)
+        save_records(folder / EPISODES, records, writer=self.NAME)
+        stats = engine.last_stats
+        ran = [r for r in records if not r.infra_failure]
+        return records, {"model": self.model_before(it), "episodes": len(records),
+                         "infra_failures": stats.infra_failures, "generated_tokens": stats.generated_tokens,
+                         "tokens_per_s": round(stats.tokens_per_s, 2),
+                         "mean_tokens": mean([r.total_tokens for r in ran]),
+                         "mean_score": mean([r.score for r in ran if r.scored])}
+
+    def _rewarded(self, it: int) -> tuple[list[Any], Any, Any]:
+        """Iteration `it`'s sampled records with the Optima reward's components added, the reward
+        batch, and the readability scorer (None when `lambda_loss` is 0)."""
+        from optima_train.rewards import DialogueSample, Turn, compute_rewards
+
+        r = self.config.reward
+        records = load_records(self.run_dir.step_dir(it, "generation") / EPISODES)
+        samples = [DialogueSample(group=rec.instance_id, agents=tuple(rec.agents),
+                                  utterances=tuple(Turn(x.speaker, x.text) for x in rec.turns), tokens=rec.total_tokens,
+                                  score=rec.score, score_ok=rec.score_ok, infra_failed=rec.infra_failure)
+                   for rec in records]
+        loss_fn = self._reference() if r.lambda_loss > 0 else None
+        batch = compute_rewards(samples, weights=r.weights(), turn_loss=loss_fn,
+                                token_normalization=r.token_normalization, token_percentile=r.token_percentile,
+                                repeat_ratio=r.repeat_ratio, repeat_min_chars=r.repeat_min_chars)
+        scored = [replace(rec, reward_components={**rec.reward_components, **floats(res.components)})
+                  for rec, res in zip(records, batch.results)]
+        return scored, batch, loss_fn
+
+
+def component_means(results: Sequence[Any], keys: Sequence[str]) -> dict[str, float | None]:
+    """The mean of each reward component over the dialogues that got a reward."""
+    return {key: mean([res.components.get(key) for res in results if res.reward is not None]) for key in keys}
