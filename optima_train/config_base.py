@@ -131,15 +131,20 @@ class TRLTrainSection:
         if self.extra:
             self._check_extra()
 
-    def _check_extra(self) -> None:
+    def _arguments_class(self) -> tuple[type, str]:
+        """The arguments dataclass `train.extra` is passed to, and its name for messages."""
         import trl
 
-        known = {f.name for f in dataclasses.fields(getattr(trl, self.TRL_CONFIG))}
+        return getattr(trl, self.TRL_CONFIG), f"trl.{self.TRL_CONFIG}"
+
+    def _check_extra(self) -> None:
+        arguments, label = self._arguments_class()
+        known = {f.name for f in dataclasses.fields(arguments)}
         owned = {f.name for f in dataclasses.fields(self)} | set(self.OWNED)
         unknown = sorted(set(self.extra) - known)
         clash = sorted(set(self.extra) & owned)
         if unknown:
-            raise ConfigError(f"train.extra has keys that are not trl.{self.TRL_CONFIG} fields: {unknown}")
+            raise ConfigError(f"train.extra has keys that are not {label} fields: {unknown}")
         if clash:
             raise ConfigError(f"train.extra sets {clash}, which the {self.METHOD} config owns; set them directly"
                               f"{self.OWNED_NOTE}")

@@ -124,18 +124,10 @@ class GRPOTrainSection(TRLTrainSection):
             raise ConfigError(f"train.launcher={self.launcher!r}: GRPO trains in the loop's own process "
                               "(its clipped-loss trainer has no distributed step yet); use train.launcher=inline")
 
-    def _check_extra(self) -> None:
+    def _arguments_class(self) -> tuple[type, str]:
         from optima_train.grpo.grpo_trainer import GRPOArguments
 
-        known = {f.name for f in dataclasses.fields(GRPOArguments)}
-        owned = {f.name for f in dataclasses.fields(self)} | set(self.OWNED)
-        unknown = sorted(set(self.extra) - known)
-        clash = sorted(set(self.extra) & owned)
-        if unknown:
-            raise ConfigError(f"train.extra has keys that are not transformers.TrainingArguments fields: {unknown}")
-        if clash:
-            raise ConfigError(f"train.extra sets {clash}, which the GRPO config owns; set them directly"
-                              f"{self.OWNED_NOTE}")
+        return GRPOArguments, "transformers.TrainingArguments"
 
 
 @dataclass
