@@ -15,7 +15,6 @@ no KL penalty (`beta: 0`, TRL's default since DAPO / Dr. GRPO), the group-std no
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
