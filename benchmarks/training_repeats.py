@@ -97,6 +97,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--questions", type=int, default=200)
+    parser.add_argument("--dtype", default="bfloat16",
+                        help="The board cells' vLLM dtype (float32 on CPUs without native bf16, where bf16 is emulated).")
     parser.add_argument("--name", default="training_repeats_isft_synth_hop")
     args = parser.parse_args()
 
@@ -114,7 +116,7 @@ def main() -> None:
             checkpoint = RunDir(ROOT / run_dir).checkpoint(it)
             models.append(f"{args.method}-it{it}-seed{seed}={checkpoint}")
     config = LeaderboardConfig(tasks=[TASK], systems=["mas"], models=models, backend="vllm", questions=args.questions,
-                               max_new_tokens=args.max_new_tokens, max_turns=args.max_turns,
+                               max_new_tokens=args.max_new_tokens, max_turns=args.max_turns, dtype=args.dtype,
                                env_kwargs={TASK: TASK_KWARGS}, output_dir=str(ROOT / args.board))
     run = run_leaderboard(config)
     command = "python benchmarks/training_repeats.py " + " ".join(sys.argv[1:])
