@@ -1,23 +1,48 @@
 """Rollout throughput: one fixed dialogue workload through different generation paths.
 
-Workload: `--episodes` synth-hop-ia episodes (episode i: reset seed i, instance i), the embedded
-model (SmolLM2-135M-Instruct), greedy decoding, the same `--max-new-tokens` and `--max-turns`.
-Reported per path: wall time, generated tokens, tokens/s, turns, backend calls, mean score.
+Workload: `--episodes` synth-hop-ia episodes (episode i: reset seed i, instance i; default 256),
+the embedded model (SmolLM2-135M-Instruct), greedy decoding, the same `--max-new-tokens` (64)
+and `--max-turns` (4). Each path runs `--repeats` times (default 3) after a warm-up; reported per
+path: tokens/s (the median run's, and every run's), wall time, time to the first and the last
+finished episode, generated tokens, turns, backend calls, mean score, and the peak resident
+memory of the processes the path uses (this process and the engine or server processes it
+drives, sampled every 0.25 s).
 
-Paths (`--backends`, comma-separated):
-  hf-sequential  (a) transformers, one episode at a time (engine with max_live=1: each call is a
-                 batch of one; what a simple per-episode loop does)
-  hf-batched     (b) transformers through the batched engine (every live episode's turn in one
-                 left-padded generate call, chunked by --batch-size)
-  vllm-engine    (c) vLLM in-process (VLLMPolicy, bf16 compiled) through the same engine
-  vllm-raw       (d) raw `LLM.generate` on the prompts (c) produced, in the same per-turn
-                 batches, no dialogue bookkeeping; `engine_over_raw` = (c)/(d) tokens/s
+Paths (`--backends`, comma-separated; the default runs the five that compare the engine with
+the reference implementation's way of generating):
+  reference-style       a pool of `--ref-threads` (64) threads, one dialogue per thread, each
+                        sending its turns one by one to an OpenAI-compatible vLLM server that
+                        the benchmark starts (`optima_agents.servers.VLLMServer`, same model and
+                        dtype); the server batches whatever requests are in flight
+  engine-openai         the rollout engine, OpenAI backend, same server, continuous scheduling
+                        (`--inflight` requests at most, also the client's connection pool)
+  engine-openai-lockstep  the same in lock step (one batched `act` per turn)
+  engine-vllm           the engine with in-process vLLM (`VLLMPolicy`), continuous scheduling
+  engine-vllm-lockstep  the same engine and model in lock step; `engine_overhead` is the share of
+                        its wall time spent outside `LLM.generate`
+  vllm-raw              raw `LLM.generate` on the prompts engine-vllm produced, in the same per-turn
+                        batches as lock step, no dialogue bookkeeping; `engine_over_raw` = engine
+                        tokens/s over raw tokens/s for each engine-vllm path
+  hf-sequential         transformers, one episode at a time (engine with max_live=1)
+  hf-batched            transformers through the lock-step engine (chunked by --batch-size)
 
-Adding a path: write `def run_x(w: Workload) -> PathResult` (most are `run_engine(w, policy)`)
-and register it in `PATHS`. Results merge into benchmarks/results/rollout_throughput.json, so
-paths can be run separately as long as the workload is the same (other workloads replace it).
+bf16 (the default `--dtype`) is the fast path only on CPUs with AMX (DESIGN.md section 4); on a
+CPU without AVX-512 bf16 or AMX it is emulated and far slower than float32, so pass
+`--dtype float32` there (`lscpu | grep -o 'amx[a-z_]*'` tells).
 
-    python benchmarks/rollout_throughput.py                       # (a) and (b), 64 episodes
+The server and the in-process engine are started once, on first use, with `--kv-cache-gib` of KV
+cache each; vLLM's prefix cache is emptied before every timed run (the server is started with
+`VLLM_SERVER_DEV_MODE=1` for its `/reset_prefix_cache`), so no run reuses a previous run's
+prompts. Greedy paths should produce the same dialogues: `same_transcripts` gives the share of
+episodes each path shares with engine-vllm (bf16 rounding can differ with batch shape).
+
+Adding a path: write `def run_x(w: Workload) -> PathResult` and register it in `PATHS`. Results
+merge into benchmarks/results/rollout_throughput.json, so paths can be run separately as long as
+the workload is the same (other workloads replace it); `--quick` writes
+rollout_throughput_quick.json instead and never merges.
+
+    python benchmarks/rollout_throughput.py                   # the five engine/reference paths
+    python benchmarks/rollout_throughput.py --quick           # 32 episodes, 1 repeat: a smoke run
     python benchmarks/rollout_throughput.py --backends hf-batched --episodes 16
 """
 
@@ -26,8 +51,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
-from dataclasses import asdict, dataclass, field
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,16 +67,26 @@ from benchmarks._results import RESULTS, write_result  # noqa: E402
 NAME = "rollout_throughput"
 
 
+DEFAULT_PATHS = "reference-style,engine-openai,engine-vllm,engine-vllm-lockstep,vllm-raw"
+QUICK = {"episodes": 32, "repeats": 1}
+_SETTINGS = ("batch_size", "threads", "repeats", "ref_threads", "inflight", "kv_cache_gib", "enforce_eager")
+
+
 @dataclass(frozen=True)
 class Workload:
     env_id: str = "synth-hop-ia"
-    episodes: int = 64
+    episodes: int = 256
     max_turns: int = 4
     max_new_tokens: int = 64
     model: str = "smollm2-135m"
     dtype: str = "bfloat16"
     batch_size: int = 64
     threads: int | None = None
+    repeats: int = 3
+    ref_threads: int = 64
+    inflight: int = 256
+    kv_cache_gib: float = 4.0
+    enforce_eager: bool = False
 
     def specs(self) -> list[Any]:
         from optima_agents.rollout import EpisodeSpec
@@ -61,7 +100,7 @@ class Workload:
 
     def key(self) -> dict[str, Any]:
         """What must match for results of different runs to be comparable."""
-        return {k: v for k, v in asdict(self).items() if k not in ("batch_size", "threads")}
+        return {k: v for k, v in asdict(self).items() if k not in _SETTINGS}
 
 
 @dataclass
@@ -72,7 +111,10 @@ class PathResult:
     episodes: int
     backend_calls: int
     mean_score: float
+    first_episode_s: float | None = None
+    peak_rss_gib: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    transcripts: list[list[str]] = field(default_factory=list, repr=False)
     records: list[Any] = field(default_factory=list, repr=False)
 
     @property
@@ -80,13 +122,95 @@ class PathResult:
         return self.generated_tokens / self.wall_s if self.wall_s else 0.0
 
     def summary(self) -> dict[str, Any]:
-        return {"wall_s": round(self.wall_s, 2), "generated_tokens": self.generated_tokens,
-                "tokens_per_s": round(self.tokens_per_s, 2), "turns": self.turns, "episodes": self.episodes,
-                "backend_calls": self.backend_calls, "mean_score": round(self.mean_score, 4), **self.extra}
+        first = None if self.first_episode_s is None else round(self.first_episode_s, 2)
+        return {"tokens_per_s": round(self.tokens_per_s, 2), "wall_s": round(self.wall_s, 2),
+                "first_episode_s": first, "last_episode_s": round(self.wall_s, 2),
+                "generated_tokens": self.generated_tokens, "turns": self.turns, "episodes": self.episodes,
+                "backend_calls": self.backend_calls, "mean_score": round(self.mean_score, 4),
+                "peak_rss_gib": self.peak_rss_gib, **self.extra}
+
+
+def repeated(w: Workload, run: Callable[[], PathResult], *, before: Callable[[], None] = lambda: None,
+             processes: Callable[[], list[Any]] = lambda: []) -> PathResult:
+    """`run` `w.repeats` times (`before` each, untimed); the run with the median tokens/s, with
+    every run's tokens/s and the peak memory over all runs of this process and `processes()`."""
+    runs = []
+    peak = 0.0
+    for _ in range(w.repeats):
+        before()
+        with PeakRss(processes()) as rss:
+            runs.append(run())
+        peak = max(peak, rss.peak_gib)
+    ranked = sorted(runs, key=lambda r: r.tokens_per_s)
+    chosen = ranked[(len(ranked) - 1) // 2]
+    chosen.peak_rss_gib = round(peak, 3)
+    chosen.extra["runs_tokens_per_s"] = [round(r.tokens_per_s, 2) for r in runs]
+    chosen.extra["median_tokens_per_s"] = round(statistics.median(r.tokens_per_s for r in runs), 2)
+    return chosen
+
+
+class PeakRss:
+    """Samples the summed resident memory of this process and `processes` (psutil processes,
+    each with its descendants) every `interval_s` while the block runs."""
+
+    def __init__(self, processes: list[Any], interval_s: float = 0.25):
+        import psutil
+
+        self.roots = [psutil.Process(), *processes]
+        self.interval_s = interval_s
+        self.peak_gib = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> "PeakRss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        import psutil
+
+        while True:
+            total = 0
+            for pid in self._pids():
+                try:
+                    total += psutil.Process(pid).memory_info().rss
+                except psutil.Error:  # the process ended between listing and reading it
+                    pass
+            self.peak_gib = max(self.peak_gib, total / 1024**3)
+            if self._stop.wait(self.interval_s):
+                return
+
+    def _pids(self) -> set[int]:
+        import psutil
+
+        pids = {self.roots[0].pid}
+        for root in self.roots[1:]:
+            try:
+                pids |= {root.pid, *(c.pid for c in root.children(recursive=True))}
+            except psutil.Error:
+                pass
+        return pids
+
+
+def engine_children() -> list[Any]:
+    """This process's child processes other than benchmark servers (the in-process vLLM engine)."""
+    import psutil
+
+    server_pids = {s.process.pid for s in _SERVERS.values() if s.process is not None}
+    return [c for c in psutil.Process().children() if c.pid not in server_pids]
+
+
+def transcripts_of(records: list[Any]) -> list[list[str]]:
+    return [[t.text for t in r.turns] for r in records]
 
 
 _POLICY_CACHE: dict[tuple, Any] = {}
-_RESULTS: dict[str, PathResult] = {}  # this process's results, e.g. for vllm-raw to reuse (c)'s prompts
+_SERVERS: dict[tuple, Any] = {}
+_RESULTS: dict[str, PathResult] = {}  # this process's results, e.g. for vllm-raw to reuse engine-vllm's prompts
 
 
 def hf_policy(w: Workload) -> Any:
@@ -100,50 +224,73 @@ def hf_policy(w: Workload) -> Any:
     return _POLICY_CACHE[key]
 
 
-def run_engine(w: Workload, policy: Any, *, max_live: int | None = None) -> PathResult:
-    """The workload through the batched rollout engine with `policy` (warmed up first)."""
+def run_engine(w: Workload, policy: Any, *, max_live: int | None = None, scheduling: str = "lock-step",
+               max_inflight: int | None = None, before: Callable[[], None] = lambda: None,
+               after: Callable[[PathResult], None] = lambda result: None,
+               processes: Callable[[], list[Any]] = lambda: []) -> PathResult:
+    """The workload through the rollout engine with `policy` (warmed up first), `w.repeats` times
+    (`before` and `after` each run, untimed)."""
     from optima_agents.rollout import EpisodeSpec, RolloutEngine
 
     env_kwargs = {"max_turns": w.max_turns}
-    RolloutEngine(w.env_id, policy, env_kwargs=env_kwargs, progress=False).run([EpisodeSpec(seed=10**6, index=10**6)])
-    engine = RolloutEngine(w.env_id, policy, env_kwargs=env_kwargs, max_live=max_live, progress=True)
-    records = engine.run(w.specs())
-    stats = engine.last_stats
-    scored = [r.score for r in records if r.scored]
-    return PathResult(wall_s=stats.wall_s, generated_tokens=stats.generated_tokens, turns=stats.turns,
-                      episodes=len(records), backend_calls=stats.policy_calls,
-                      mean_score=sum(scored) / len(scored) if scored else 0.0, records=records)
+    options = {"max_live": max_live, "scheduling": scheduling, "max_inflight": max_inflight}
+    RolloutEngine(w.env_id, policy, env_kwargs=env_kwargs, progress=False, **options).run(
+        [EpisodeSpec(seed=10**6, index=10**6)])
+
+    def once() -> PathResult:
+        engine = RolloutEngine(w.env_id, policy, env_kwargs=env_kwargs, progress=True, **options)
+        records = engine.run(w.specs())
+        stats = engine.last_stats
+        scored = [r.score for r in records if r.scored]
+        result = PathResult(wall_s=stats.wall_s, generated_tokens=stats.generated_tokens, turns=stats.turns,
+                            episodes=len(records), backend_calls=stats.policy_calls,
+                            mean_score=sum(scored) / len(scored) if scored else 0.0,
+                            first_episode_s=stats.first_episode_s,
+                            extra={"scheduling": stats.scheduling, "infra_failures": stats.infra_failures},
+                            transcripts=transcripts_of(records), records=records)
+        after(result)
+        return result
+
+    return repeated(w, once, before=before, processes=processes)
 
 
 def run_hf_sequential(w: Workload) -> PathResult:
-    """(a) transformers, one episode at a time."""
+    """Transformers, one episode at a time."""
     return run_engine(w, hf_policy(w), max_live=1)
 
 
 def run_hf_batched(w: Workload) -> PathResult:
-    """(b) transformers through the batched engine."""
+    """Transformers through the lock-step engine."""
     return run_engine(w, hf_policy(w))
 
 
 def vllm_policy(w: Workload) -> Any:
-    """One in-process VLLMPolicy per (model, dtype), shared by the vllm paths (startup is slow)."""
+    """One in-process VLLMPolicy per (model, dtype, mode), shared by the vllm paths (startup is slow)."""
     from optima_agents.policies import VLLMPolicy
 
-    key = ("vllm", w.model, w.dtype)
+    key = ("vllm", w.model, w.dtype, w.enforce_eager, w.kv_cache_gib)
     if key not in _POLICY_CACHE:
-        _POLICY_CACHE[key] = VLLMPolicy(w.model, sampling=w.sampling(), dtype=w.dtype)
+        _POLICY_CACHE[key] = VLLMPolicy(w.model, sampling=w.sampling(), dtype=w.dtype, enforce_eager=w.enforce_eager,
+                                        kv_cache_gib=w.kv_cache_gib)
     return _POLICY_CACHE[key]
 
 
-def run_vllm_engine(w: Workload) -> PathResult:
-    """(c) vLLM in-process (bf16 compiled by default) through the batched engine.
+def run_engine_vllm(w: Workload) -> PathResult:
+    """The engine with in-process vLLM, continuous scheduling (requests join the running batch)."""
+    policy = vllm_policy(w)
+    result = run_engine(w, policy, scheduling="continuous", max_inflight=w.inflight,
+                        before=policy.llm.reset_prefix_cache, processes=engine_children)
+    result.extra.update(self_check_passed=policy.verified)
+    return result
+
+
+def run_engine_vllm_lockstep(w: Workload) -> PathResult:
+    """The engine with in-process vLLM in lock step (one `LLM.generate` per turn of all episodes).
 
     Also times the `LLM.generate` calls inside the run: `engine_overhead` = the share of the
     wall time spent outside them (env steps, chat formatting, output cleaning), a figure that,
-    unlike (c)/(d), does not move with the load other processes put on the machine.
+    unlike engine/raw, does not move with the load other processes put on the machine.
     """
-    import time
-
     policy = vllm_policy(w)
     llm, calls = policy.llm, []
     generate = llm.generate
@@ -155,35 +302,43 @@ def run_vllm_engine(w: Workload) -> PathResult:
         finally:
             calls.append(time.perf_counter() - start)
 
+    def before() -> None:
+        llm.reset_prefix_cache()
+        calls.clear()
+
+    def after(result: PathResult) -> None:
+        inside = sum(calls)
+        result.extra.update(generate_s=round(inside, 2),
+                            engine_overhead=round(1 - inside / result.wall_s, 4) if result.wall_s else None)
+
     llm.generate = timed
     try:
-        result = run_engine(w, policy)
+        result = run_engine(w, policy, scheduling="lock-step", before=before, after=after, processes=engine_children)
     finally:
         del llm.generate
-    inside = sum(calls[-result.backend_calls:])  # the timed run's calls (after run_engine's warm-up)
-    result.extra.update(self_check_passed=policy.verified, generate_s=round(inside, 2),
-                        engine_overhead=round(1 - inside / result.wall_s, 4) if result.wall_s else None)
+    result.extra.update(self_check_passed=policy.verified)
     return result
 
 
 def run_vllm_raw(w: Workload) -> PathResult:
-    """(d) raw `LLM.generate` on the prompts (c) produced: no env, no chat formatting, no cleaning.
+    """Raw `LLM.generate` on the prompts engine-vllm produced: no env, no chat formatting, no cleaning.
 
-    The prompts are rebuilt from (c)'s records (run here if needed), so both paths decode the
-    same prompts; they are grouped by turn into the same batches the engine sent (one call per
-    turn index: every live episode's turn), greedy, `max_tokens=w.max_new_tokens`, and only the
-    `generate` calls are timed. One call over all turns at once is reported as `extra` (bigger
-    batches, so faster, but not what a turn-by-turn dialogue can do).
+    The prompts are rebuilt from engine-vllm's records (run here if needed, else engine-vllm-
+    lockstep's when only that ran), so every path decodes the same prompts; they are grouped by
+    turn into the batches lock step sends (one call per turn index: every episode's turn), greedy,
+    `max_tokens=w.max_new_tokens`, and only the `generate` calls are timed. One call over all
+    turns at once is reported as `extra` (bigger batches, so faster, but not what a turn-by-turn
+    dialogue can do).
     """
-    import time
-
     from vllm import SamplingParams as VSamplingParams
     from vllm.inputs import TokensPrompt
 
-    if "vllm-engine" not in _RESULTS:
-        _RESULTS["vllm-engine"] = run_vllm_engine(w)
+    source = next((n for n in ("engine-vllm", "engine-vllm-lockstep") if n in _RESULTS), None)
+    if source is None:
+        source = "engine-vllm"
+        _RESULTS[source] = run_engine_vllm(w)
     policy = vllm_policy(w)
-    records = _RESULTS["vllm-engine"].records
+    records = _RESULTS[source].records
     prompts = turn_prompts(records, policy.tokenizer)
     turns = [t.turn for r in records for t in r.turns]
     params = VSamplingParams(temperature=0.0, max_tokens=w.max_new_tokens, stop_token_ids=policy.stop_token_ids,
@@ -198,23 +353,27 @@ def run_vllm_raw(w: Workload) -> PathResult:
         return wall, sum(len(x) - (1 if x and x[-1] in eos else 0) for x in ids)
 
     generate(prompts[:8])  # warm-up
-    # (c) just computed these very prompts: with vLLM's prefix cache still holding them, (d) would
-    # skip most prefill and look ~30% faster than any fresh run. Start (d) from an empty cache, as
-    # (c) started on prompts it had not seen; later turns then reuse earlier turns' prefixes in
-    # both paths alike.
-    policy.llm.reset_prefix_cache()
-    wall, tokens = 0.0, 0
-    for turn in sorted(set(turns)):
-        call_wall, call_tokens = generate([p for p, t in zip(prompts, turns) if t == turn])
-        wall, tokens = wall + call_wall, tokens + call_tokens
+
+    def once() -> PathResult:
+        # Each run starts from an empty prefix cache, as the engine runs do; later turns then reuse
+        # earlier turns' prefixes in every path alike.
+        policy.llm.reset_prefix_cache()
+        wall, tokens = 0.0, 0
+        for turn in sorted(set(turns)):
+            call_wall, call_tokens = generate([p for p, t in zip(prompts, turns) if t == turn])
+            wall, tokens = wall + call_wall, tokens + call_tokens
+        return PathResult(wall_s=wall, generated_tokens=tokens, turns=len(prompts), episodes=len(records),
+                          backend_calls=len(set(turns)), mean_score=_RESULTS[source].mean_score,
+                          extra={"prompts_from": source})
+
+    result = repeated(w, once, processes=engine_children)
     policy.llm.reset_prefix_cache()
     one_wall, one_tokens = generate(prompts)
-    engine = _RESULTS["vllm-engine"]
-    return PathResult(wall_s=wall, generated_tokens=tokens, turns=len(prompts), episodes=len(records),
-                      backend_calls=len(set(turns)), mean_score=engine.mean_score,
-                      extra={"one_call_wall_s": round(one_wall, 2),
-                             "one_call_tokens_per_s": round(one_tokens / one_wall, 2),
-                             "engine_over_raw": round(engine.tokens_per_s / (tokens / wall), 3) if wall else None})
+    result.extra.update(one_call_wall_s=round(one_wall, 2), one_call_tokens_per_s=round(one_tokens / one_wall, 2))
+    raw = result.tokens_per_s
+    result.extra["engine_over_raw"] = {n: round(_RESULTS[n].tokens_per_s / raw, 3) if raw else None
+                                       for n in ("engine-vllm", "engine-vllm-lockstep") if n in _RESULTS}
+    return result
 
 
 def turn_prompts(records: list[Any], tokenizer: Any) -> list[list[int]]:
@@ -230,44 +389,197 @@ def turn_prompts(records: list[Any], tokenizer: Any) -> list[list[int]]:
     return prompts
 
 
+# ---------------------------------------------------------------------- server paths
+def vllm_server(w: Workload) -> Any:
+    """One OpenAI-compatible vLLM server per (model, dtype, mode), started on first use, stopped at exit.
+
+    `--max-num-seqs` is raised to `w.inflight` (the server default on CPU is 128), so the server can
+    batch every request the engine keeps in flight; the reference-style pool sends fewer."""
+    from optima_agents.servers import VLLMServer
+
+    key = (w.model, w.dtype, w.enforce_eager, w.kv_cache_gib, w.inflight)
+    if key not in _SERVERS:
+        _SERVERS[key] = VLLMServer(w.model, dtype=w.dtype, enforce_eager=w.enforce_eager, served_model_name=w.model,
+                                   kv_cache_gib=w.kv_cache_gib, extra_args=["--max-num-seqs", str(w.inflight)],
+                                   env={"VLLM_SERVER_DEV_MODE": "1"}).start()
+    return _SERVERS[key]
+
+
+SERVER_PATHS = {"reference-style", "engine-openai", "engine-openai-lockstep"}
+
+
+def stop_servers() -> None:
+    while _SERVERS:
+        _SERVERS.popitem()[1].stop()
+
+
+def server_tree(server: Any) -> Callable[[], list[Any]]:
+    import psutil
+
+    return lambda: [psutil.Process(server.process.pid)]
+
+
+def reset_server_cache(server: Any) -> Callable[[], None]:
+    """POST /reset_prefix_cache (dev mode), so a run does not reuse the previous run's prompts."""
+    import httpx
+
+    root = server.base_url.removesuffix("/v1")
+    return lambda: httpx.post(f"{root}/reset_prefix_cache", timeout=60).raise_for_status()
+
+
+def openai_policy(w: Workload, server: Any, concurrency: int) -> Any:
+    from optima_agents.policies import OpenAIPolicy
+
+    key = ("openai", server.base_url, concurrency)
+    if key not in _POLICY_CACHE:
+        _POLICY_CACHE[key] = OpenAIPolicy(server.served_model_name, base_urls=[server.base_url], sampling=w.sampling(),
+                                          tokenizer=_tokenizer(w), concurrency=concurrency, timeout_s=600)
+    return _POLICY_CACHE[key]
+
+
+def _tokenizer(w: Workload) -> Any:
+    from transformers import AutoTokenizer
+
+    from optima_agents.models import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model(w.model))
+
+
+def run_engine_openai(w: Workload, scheduling: str = "continuous") -> PathResult:
+    """The engine with the OpenAI backend on the benchmark's server."""
+    server = vllm_server(w)
+    policy = openai_policy(w, server, w.inflight)
+    return run_engine(w, policy, scheduling=scheduling, max_inflight=w.inflight, before=reset_server_cache(server),
+                      processes=server_tree(server))
+
+
+def run_engine_openai_lockstep(w: Workload) -> PathResult:
+    """The engine with the OpenAI backend on the benchmark's server, in lock step."""
+    return run_engine_openai(w, scheduling="lock-step")
+
+
+def run_reference_style(w: Workload) -> PathResult:
+    """The reference implementation's way: `w.ref_threads` threads, one dialogue per thread at a
+    time, each turn one request to the server as soon as the previous reply is in.
+
+    Each thread has its own env; requests carry the engine's per-request seeds
+    (`derive_seed(episode seed, turn)`), so the dialogues are the engine's."""
+    import optima_envs
+    from optima_agents.policies import TurnRequest
+    from optima_agents.rollout import derive_seed
+
+    server = vllm_server(w)
+    policy = openai_policy(w, server, w.ref_threads)
+    local = threading.local()
+
+    def play(spec: Any, start: float) -> tuple[list[str], int, int, float | None, float, bool]:
+        env = getattr(local, "env", None)
+        if env is None:
+            env = local.env = optima_envs.make(w.env_id, max_turns=w.max_turns)
+        observations, _ = env.reset(seed=spec.seed, options=spec.reset_options())
+        tokens = turns = 0
+        while env.agents:
+            speaker = env.current_speaker
+            observation = observations[speaker]
+            request = TurnRequest(speaker, observation, seed=derive_seed(spec.seed, observation["turn"]))
+            action = policy.act([request])[0]
+            if action.failed:
+                return [m.text for m in env.state.messages], tokens, turns, None, time.perf_counter() - start, True
+            observations, *_ = env.step({speaker: action.to_env_action()})
+            tokens += int(action.meta.get("generated_tokens", len(action.token_ids)))
+            turns += 1
+        score = env.state.outcome.get("score")
+        return [m.text for m in env.state.messages], tokens, turns, score, time.perf_counter() - start, False
+
+    pool = ThreadPoolExecutor(w.ref_threads)
+    try:
+        pool.submit(play, replace(w.specs()[0], seed=10**6, index=10**6), time.perf_counter()).result()  # warm-up
+
+        def once() -> PathResult:
+            start = time.perf_counter()
+            played = list(pool.map(lambda spec: play(spec, start), w.specs()))
+            wall = time.perf_counter() - start
+            scores = [p[3] for p in played if p[3] is not None]
+            return PathResult(wall_s=wall, generated_tokens=sum(p[1] for p in played), turns=sum(p[2] for p in played),
+                              episodes=len(played), backend_calls=sum(p[2] for p in played),
+                              mean_score=sum(scores) / len(scores) if scores else 0.0,
+                              first_episode_s=min(p[4] for p in played) if played else None,
+                              extra={"threads": w.ref_threads, "infra_failures": sum(p[5] for p in played)},
+                              transcripts=[p[0] for p in played])
+
+        return repeated(w, once, before=reset_server_cache(server), processes=server_tree(server))
+    finally:
+        # an interrupted run must not wait for every thread's dialogue: stopping the server ends them
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 PATHS: dict[str, Callable[[Workload], PathResult]] = {
+    "reference-style": run_reference_style,
+    "engine-openai": run_engine_openai,
+    "engine-openai-lockstep": run_engine_openai_lockstep,
+    "engine-vllm": run_engine_vllm,
+    "engine-vllm-lockstep": run_engine_vllm_lockstep,
+    "vllm-raw": run_vllm_raw,
     "hf-sequential": run_hf_sequential,
     "hf-batched": run_hf_batched,
-    "vllm-engine": run_vllm_engine,
-    "vllm-raw": run_vllm_raw,
 }
 
 
-def same_transcripts(a: list[Any], b: list[Any]) -> float:
+def same_transcripts(a: list[list[str]], b: list[list[str]]) -> float:
     """Share of episodes whose transcripts are identical (bf16 rounding depends on batch shape)."""
-    same = sum([t.text for t in x.turns] == [t.text for t in y.turns] for x, y in zip(a, b))
+    same = sum(x == y for x, y in zip(a, b))
     return same / len(a) if a else 0.0
+
+
+def ratios(results: dict[str, Any]) -> dict[str, float]:
+    """The ratios the targets are stated in, for the paths that ran."""
+    tps = {name: r.get("tokens_per_s") for name, r in results.items()}
+    pairs = {"engine_vllm_over_reference": ("engine-vllm", "reference-style"),
+             "engine_openai_over_reference": ("engine-openai", "reference-style"),
+             "engine_openai_over_lockstep": ("engine-openai", "engine-openai-lockstep"),
+             "engine_vllm_over_lockstep": ("engine-vllm", "engine-vllm-lockstep"),
+             "engine_vllm_over_raw": ("engine-vllm", "vllm-raw")}
+    return {key: round(tps[a] / tps[b], 3) for key, (a, b) in pairs.items() if tps.get(a) and tps.get(b)}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backends", default="hf-sequential,hf-batched", help=f"comma-separated: {', '.join(PATHS)}")
+    parser.add_argument("--backends", default=DEFAULT_PATHS, help=f"comma-separated: {', '.join(PATHS)}")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a smoke run: {QUICK['episodes']} episodes, {QUICK['repeats']} repeat (unless given)")
     for name, value in asdict(Workload()).items():
-        kind = str if isinstance(value, str) else int
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=value)
+        flag = f"--{name.replace('_', '-')}"
+        if isinstance(value, bool):
+            parser.add_argument(flag, action="store_true", default=None)
+        else:
+            kind = str if isinstance(value, str) else float if isinstance(value, float) else int
+            parser.add_argument(flag, type=kind, default=None)
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.backends.split(",") if n.strip()]
     unknown = [n for n in names if n not in PATHS]
     if unknown:
         parser.error(f"unknown backend(s) {unknown}; choose from {list(PATHS)}")
-    w = Workload(**{k: getattr(args, k) for k in asdict(Workload())})
+    given = {k: getattr(args, k) for k in asdict(Workload()) if getattr(args, k) is not None}
+    w = Workload(**{**(QUICK if args.quick else {}), **given})
 
-    previous = _previous(w)
+    previous = {} if args.quick else _previous(w)
     results: dict[str, Any] = dict(previous.get("results", {}))
     load_before = os.getloadavg()
-    for name in names:
-        print(f"== {name}", flush=True)
-        result = _RESULTS[name] = PATHS[name](w)
-        results[name] = result.summary()
-        print(json.dumps(results[name]), flush=True)
+    try:
+        for i, name in enumerate(names):
+            print(f"== {name}", flush=True)
+            result = _RESULTS[name] = PATHS[name](w)
+            results[name] = result.summary()
+            print(json.dumps(results[name]), flush=True)
+            if not SERVER_PATHS & set(names[i + 1:]):
+                stop_servers()  # free its cores and memory for the in-process paths
+    finally:
+        stop_servers()
     payload: dict[str, Any] = {
         "workload": asdict(w),
+        "quick": args.quick,
         "results": results,
+        "ratios": ratios(results),
         "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
         "torch_threads": w.threads or _torch_threads(),
     }
@@ -275,10 +587,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if base:
         payload["speedup_vs_hf_sequential"] = {
             n: round(r["tokens_per_s"] / base, 2) for n, r in results.items() if n != "hf-sequential"}
-    if "hf-sequential" in _RESULTS and "hf-batched" in _RESULTS:
-        payload["same_transcripts_a_vs_b"] = round(
-            same_transcripts(_RESULTS["hf-sequential"].records, _RESULTS["hf-batched"].records), 3)
-    path = write_result(NAME, payload)
+    anchor = next((n for n in ("engine-vllm", "engine-vllm-lockstep", "engine-openai") if n in _RESULTS), None)
+    if anchor is not None:
+        payload["same_transcripts_as"] = {"path": anchor, **{
+            n: round(same_transcripts(_RESULTS[anchor].transcripts, r.transcripts), 3)
+            for n, r in _RESULTS.items() if n != anchor and r.transcripts}}
+    path = write_result(f"{NAME}_quick" if args.quick else NAME, payload)
     print(json.dumps({k: v for k, v in payload.items() if k != "workload"}, indent=2))
     print(f"wrote {path}")
     return payload
@@ -290,7 +604,7 @@ def _previous(w: Workload) -> dict[str, Any]:
         old = json.loads((RESULTS / f"{NAME}.json").read_text())
     except (OSError, ValueError):
         return {}
-    same = {k: v for k, v in old.get("workload", {}).items() if k not in ("batch_size", "threads")} == w.key()
+    same = {k: v for k, v in old.get("workload", {}).items() if k not in _SETTINGS} == w.key()
     return old if same else {}
 
 

@@ -2,8 +2,8 @@
 question into an episode buffer, and give each one the Optima reward.
 
 `SampledDialogues` is a mixin for `IterativeTrainer` subclasses whose config has `task`,
-`generation` (`max_new_tokens`, `max_live`), `reward`, `eval` and `run` sections; the loop keeps
-its own step methods and calls these for the shared part.
+`generation` (`max_new_tokens`, `max_live`, `scheduling`, `max_inflight`), `reward`, `eval` and
+`run` sections; the loop keeps its own step methods and calls these for the shared part.
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ class SampledDialogues:
                  for q in range(t.train_first_index, t.train_first_index + t.train_questions)
                  for j in range(per_question)]
         policy = self._policy_for(self.model_before(it), sampling)
-        engine = RolloutEngine(t.env_id, policy, env_kwargs=self._env_kwargs(t.train_kwargs()),
-                               max_live=cfg.generation.max_live, progress=cfg.run.progress)
+        g = cfg.generation
+        engine = RolloutEngine(t.env_id, policy, env_kwargs=self._env_kwargs(t.train_kwargs()), max_live=g.max_live,
+                               progress=cfg.run.progress, scheduling=g.scheduling, max_inflight=g.max_inflight)
         records = engine.run(specs)
         save_records(folder / EPISODES, records, writer=self.NAME)
         stats = engine.last_stats

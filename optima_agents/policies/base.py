@@ -2,12 +2,15 @@
 
 A policy takes a batch of turn requests (an agent and its env observation) and returns one
 action per request, in order. Backends batch the whole list in one call: that is where the
-speed comes from (DESIGN.md section 4).
+speed comes from (DESIGN.md section 4). A backend that batches continuously on its own (a vLLM
+engine, an OpenAI-compatible server) may also take requests one at a time (`SubmittingPolicy`),
+so a caller need not wait for a whole batch before sending the next request.
 """
 
 from __future__ import annotations
 
 import secrets
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -133,11 +136,14 @@ class PolicyCapabilities:
     close: `close()` releases the backend's processes and memory now, not at garbage collection.
     chat_format: `chat_format` is the `ChatFormat` the policy renders its prompts with (training
         pairs built from its dialogues are rendered the same way).
+    submit: `submit(request)` answers one request asynchronously (`SubmittingPolicy`), so the
+        rollout engine can send each episode's next turn as soon as its previous reply is in.
     """
 
     with_sampling: bool = False
     close: bool = False
     chat_format: bool = False
+    submit: bool = False
 
 
 NO_CAPABILITIES = PolicyCapabilities()
@@ -171,3 +177,19 @@ class Policy(Protocol):
     def identity(self) -> dict[str, Any]:
         """Model and backend identity plus sampling settings, recorded in episode buffers."""
         ...
+
+
+@runtime_checkable
+class SubmittingPolicy(Policy, Protocol):
+    """A policy that also takes requests one at a time (`PolicyCapabilities.submit`).
+
+    `submit(request)` returns at once with a future of the request's action. The action is the
+    one `act([request])` would give: the same sampling settings, and the same sampling seed
+    whenever `request.seed` is set (`row_seed`; without one, each submission counts as a call of
+    one row). A backend failure the policy would report from `act` as an error action
+    (`finish_reason == "error"`) resolves the future with that action; anything `act` would
+    raise is set as the future's exception. Futures may complete in any order.
+    """
+
+    def submit(self, request: TurnRequest) -> Future[Action]: ...
+

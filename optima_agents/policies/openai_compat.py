@@ -2,11 +2,15 @@
 
 Each request becomes one `POST {base_url}/chat/completions` with the agent's chat messages
 (`chat.chat_messages`, the same view every backend uses; the server applies the model's chat
-template). Requests of one `act` call run concurrently on a thread pool and are spread over
-the base URLs by least in-flight requests (ties: round robin), so several replicas share the
-work and the server's own batching sees many requests at once. A URL that refuses connections
-is marked down and probed again with backoff (`routing.ReplicaRouter`); `dead_urls` and
-`url_stats()` report it, and a warning is logged on the `optima_agents.policies` logger.
+template). Requests of one `act` call run concurrently on a thread pool of `concurrency`
+threads and are spread over the base URLs by least in-flight requests (ties: round robin), so
+several replicas share the work and the server's own batching sees many requests at once.
+`submit(request)` puts one request on the same pool and returns its future at once
+(`PolicyCapabilities.submit`): the rollout engine then sends each episode's next turn as soon as
+its reply is in, and the servers batch continuously across episodes. At most `concurrency`
+requests are on the wire; further submissions wait in the pool's queue. A URL that refuses
+connections is marked down and probed again with backoff (`routing.ReplicaRouter`); `dead_urls`
+and `url_stats()` report it, and a warning is logged on the `optima_agents.policies` logger.
 
 Failures are infrastructure, never answers: connection errors, timeouts, HTTP 408/429/5xx
 and malformed replies (invalid JSON, or valid JSON with a missing or wrong-typed field, see
@@ -41,8 +45,9 @@ from __future__ import annotations
 
 import random
 import secrets
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, chat_messages, clean_output, encode_text
@@ -102,7 +107,7 @@ class OpenAIPolicy:
         ValueError: no base URLs, or a bad option value.
     """
 
-    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True)
+    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True, submit=True)
 
     def __init__(
         self,
@@ -146,6 +151,7 @@ class OpenAIPolicy:
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="openai-policy")
         self._router = ReplicaRouter(self.base_urls, self._probe, probe_backoff_s=probe_backoff_s)
         self._calls = 0
+        self._calls_lock = threading.Lock()
         self._rng = random.Random(secrets.randbits(64))
 
     # ------------------------------------------------------------------ Policy
@@ -153,9 +159,16 @@ class OpenAIPolicy:
         """One action per request, in order; requests run concurrently over the base URLs."""
         if not requests:
             return []
-        self._calls += 1
-        seeds = [row_seed(self.sampling.seed, r.seed, self._calls, i) for i, r in enumerate(requests)]
+        call = self._next_call()
+        seeds = [row_seed(self.sampling.seed, r.seed, call, i) for i, r in enumerate(requests)]
         return list(self._pool.map(self._one, requests, seeds))
+
+    def submit(self, request: TurnRequest) -> Future[Action]:
+        """The action `act([request])` would give, as a future; the request runs on the pool.
+
+        Failures resolve the future with an error action, as in `act` (`SubmittingPolicy`)."""
+        seed = row_seed(self.sampling.seed, request.seed, self._next_call(), 0)
+        return self._pool.submit(self._one, request, seed)
 
     @property
     def dead_urls(self) -> list[str]:
@@ -185,6 +198,7 @@ class OpenAIPolicy:
         other.__dict__.update(self.__dict__)
         other.sampling = sampling
         other._calls = 0
+        other._calls_lock = threading.Lock()
         return other
 
     def close(self) -> None:
@@ -331,6 +345,12 @@ class OpenAIPolicy:
         return Action(text=text, finish_reason=finish, prompt_tokens=prompt_tokens, meta=meta)
 
     # ------------------------------------------------------------------ seeds, backoff
+    def _next_call(self) -> int:
+        """Counts `act` calls and submissions (the seed of a request without its own uses it)."""
+        with self._calls_lock:
+            self._calls += 1
+            return self._calls
+
     def _delay(self, attempt: int, retry_after_s: float | None) -> float:
         delay = self.backoff_s * (2**attempt) * (1 + 0.25 * self._rng.random())
         if retry_after_s is not None:

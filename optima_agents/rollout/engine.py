@@ -1,9 +1,13 @@
-"""The batched rollout engine: many episodes at once, one backend call per policy per step.
+"""The batched rollout engine: many episodes at once, every pending turn batched by the backend.
 
-Each step gathers the pending turn of every live episode, groups the requests by policy (by
-object identity: two agents sharing one policy object share its call) and makes ONE
-`policy.act(requests)` call per group, so the backend batches every episode's turn together
-(batching matters more than anything else for speed on this hardware, DESIGN.md section 4).
+Two schedulings (`scheduling.py`; `scheduling="auto"` picks continuous when every policy can
+submit requests one at a time):
+- lock-step: each step gathers the pending turn of every live episode, groups the requests by
+  policy (by object identity: two agents sharing one policy object share its call) and makes ONE
+  `policy.act(requests)` call per group, so the backend batches every episode's turn together
+  (batching matters more than anything else for speed on this hardware, DESIGN.md section 4);
+- continuous: each episode's next turn goes to `policy.submit(request)` as soon as its previous
+  reply is in, and the backend's own continuous batching keeps the batch full. Same records.
 
 Episodes are multiplexed over a single env through `snapshot()`/`restore()`: the env state is
 immutable, so a snapshot is a reference, and one env (one dataset load) serves any number of
@@ -12,7 +16,7 @@ episodes. The env must therefore be a `DialogueEnv` (or offer `reset`, `step`, `
 
 Determinism: records contain no wall-clock values; reset seeds come from the episode specs and
 each request's sampling seed is `derive_seed(episode seed, turn)`, so greedy runs (and sampled
-runs on backends with per-request seeds) repeat exactly.
+runs on backends with per-request seeds) repeat exactly, in either scheduling.
 
 Failures: an `Action` with `finish_reason == "error"` (an infrastructure failure) stops that
 episode; its record has `infra_failure=True`, the error, no score, and the other episodes go
@@ -39,7 +43,15 @@ import numpy as np
 
 from optima_agents.policies.base import Action, Policy, TurnRequest
 from optima_agents.policies.logprobs import align_logprobs
+from optima_agents.rollout.progress import ProgressBar
 from optima_agents.rollout.records import EpisodeRecord, TurnRecord
+from optima_agents.rollout.scheduling import (
+    DEFAULT_MAX_INFLIGHT,
+    Scheduling,
+    check_max_inflight,
+    resolve_scheduling,
+    run_continuous,
+)
 from optima_envs.core.task import instance_gold_for_info
 from optima_envs.errors import ConfigError, InvalidActionError
 
@@ -92,7 +104,14 @@ def episode_specs(count: int, *, seed: int = 0, first_index: int | None = 0,
 
 @dataclass
 class RolloutStats:
-    """Counters of the last `run` (wall time lives here, never in records)."""
+    """Counters of the last `run` (wall time lives here, never in records).
+
+    `scheduling` is the mode the run used. Lock-step: `steps` counts steps and `policy_calls`
+    the `act` calls. Continuous: `steps` counts the engine's wake-ups (each handles the replies
+    that arrived together) and `policy_calls` the `submit` calls (one per turn request).
+    `first_episode_s` is the time from the start to the first finished episode (None before
+    one finished); `wall_s` runs to the last.
+    """
 
     episodes: int = 0
     infra_failures: int = 0
@@ -101,6 +120,8 @@ class RolloutStats:
     policy_calls: int = 0
     generated_tokens: int = 0
     wall_s: float = 0.0
+    scheduling: str = "lock-step"
+    first_episode_s: float | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -124,17 +145,32 @@ class RolloutEngine:
             a ready env.
         policies: one `Policy` for all agents, or a mapping agent -> `Policy` covering every agent.
         env_kwargs (dict, *optional*): options for `optima_envs.make` when `env` is an id.
-        max_live (int, *optional*): the most episodes in flight at once (None: all of them).
-            A finished episode's slot goes to the next spec.
+        max_live (int, *optional*): the most episodes in flight at once (None: all of them in
+            lock step; see `max_inflight` for continuous). A finished episode's slot goes to the
+            next spec.
         progress (bool, *optional*, defaults to True): show a progress bar (episodes, tokens/s).
+        scheduling (str, *optional*, defaults to `"auto"`): `"lock-step"` (one `act` call per
+            policy per step), `"continuous"` (each turn submitted as soon as its episode is
+            ready; needs policies declaring `PolicyCapabilities.submit`) or `"auto"` (continuous
+            when every policy can). See `optima_agents.rollout.scheduling`.
+        max_inflight (int, *optional*): the most turn requests outstanding at once, one per live
+            episode, so it also bounds the live episodes (with `max_live`, the smaller wins).
+            None: no bound in lock step (every episode joins the first batch), and
+            `DEFAULT_MAX_INFLIGHT` in continuous mode.
+
+    Attributes:
+        resolved_scheduling (str): the mode `run` uses, "lock-step" or "continuous".
 
     Raises:
-        ConfigError: the policy mapping misses an agent or names one the env does not have.
+        ConfigError: the policy mapping misses an agent or names one the env does not have; a bad
+            `max_live`, `max_inflight` or `scheduling`, or "continuous" with a policy that cannot
+            submit.
         TypeError: the env cannot snapshot/restore.
     """
 
     def __init__(self, env: str | EnvFactory | Any, policies: Policy | Mapping[str, Policy], *,
-                 env_kwargs: Mapping[str, Any] | None = None, max_live: int | None = None, progress: bool = True):
+                 env_kwargs: Mapping[str, Any] | None = None, max_live: int | None = None, progress: bool = True,
+                 scheduling: Scheduling = "auto", max_inflight: int | None = None):
         if isinstance(env, str):
             import optima_envs
 
@@ -151,10 +187,14 @@ class RolloutEngine:
                 )
         if max_live is not None and max_live < 1:
             raise ConfigError(f"max_live must be >= 1 or None, got {max_live}")
+        check_max_inflight(max_inflight)
         self.env = env
         self.agents = tuple(env.possible_agents)
         self.policies = _policy_map(policies, self.agents)
         self.max_live = max_live
+        self.max_inflight = max_inflight
+        self.scheduling = scheduling
+        self.resolved_scheduling = resolve_scheduling(scheduling, self.policies)
         self.progress = progress
         self.last_stats = RolloutStats()
 
@@ -166,26 +206,39 @@ class RolloutEngine:
         specs = episode_specs(episodes) if isinstance(episodes, int) else list(episodes)
         identities = {a: dict(p.identity()) for a, p in self.policies.items()}
         sampling = {a: p.sampling.to_dict() for a, p in self.policies.items()}
-        stats = self.last_stats = RolloutStats()
+        stats = self.last_stats = RolloutStats(scheduling=self.resolved_scheduling)
         results: list[EpisodeRecord | None] = [None] * len(specs)
         queue = deque(enumerate(specs))
-        live: list[_Live] = []
-        limit = self.max_live or len(specs)
         start = time.perf_counter()
-        with _ProgressBar(self.progress, len(specs), str(getattr(self.env, "env_id", "rollout"))) as bar:
-            while queue or live:
-                while queue and len(live) < limit:
-                    live.append(self._start(*queue.popleft()))
-                finished = self._step(live, stats)
-                for item, record in finished:
-                    live.remove(item)
-                    record = results[item.position] = _with_policies(record, identities, sampling)
-                    stats.episodes += 1
-                    stats.infra_failures += record.infra_failure
-                    if on_record is not None:
-                        on_record(record)
+        with ProgressBar(self.progress, len(specs), str(getattr(self.env, "env_id", "rollout"))) as bar:
+
+            def finish(item: _Live, record: EpisodeRecord) -> None:
+                record = results[item.position] = _with_policies(record, identities, sampling)
+                stats.episodes += 1
+                stats.infra_failures += record.infra_failure
+                if stats.first_episode_s is None:
+                    stats.first_episode_s = time.perf_counter() - start
+                if on_record is not None:
+                    on_record(record)
+                bar.update(1, stats.tokens_per_s)
+
+            def tick() -> None:
                 stats.wall_s = time.perf_counter() - start
-                bar.update(len(finished), stats.tokens_per_s)
+                bar.update(0, stats.tokens_per_s)
+
+            limit = self._limit(len(specs))
+            if self.resolved_scheduling == "continuous":
+                def woke(submitted: int) -> None:
+                    stats.steps += 1
+                    stats.policy_calls = submitted
+                    tick()
+
+                run_continuous(queue, limit, start=self._start, next_turn=self._next_turn,
+                               apply=lambda item, request, action: self._apply(item, request, action, stats),
+                               finish=finish, on_wake=woke)
+            else:
+                self._run_lock_step(queue, limit, stats, finish, tick)
+            tick()
         return results  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ internals
@@ -193,17 +246,40 @@ class RolloutEngine:
         observations, _ = self.env.reset(seed=spec.seed, options=spec.reset_options())
         return _Live(position, spec, self.env.snapshot(), observations)
 
+    def _limit(self, count: int) -> int:
+        """The most live episodes: `max_live` and `max_inflight`, the smaller; unbounded in lock
+        step without either, `DEFAULT_MAX_INFLIGHT` in continuous mode."""
+        bounds = [b for b in (self.max_live, self.max_inflight) if b is not None]
+        if not bounds and self.resolved_scheduling == "continuous":
+            bounds = [DEFAULT_MAX_INFLIGHT]
+        return max(1, min(bounds, default=count))
+
+    def _run_lock_step(self, queue: deque, limit: int, stats: RolloutStats,
+                       finish: Callable[[_Live, EpisodeRecord], None], tick: Callable[[], None]) -> None:
+        live: list[_Live] = []
+        while queue or live:
+            while queue and len(live) < limit:
+                live.append(self._start(*queue.popleft()))
+            for item, record in self._step(live, stats):
+                live.remove(item)
+                finish(item, record)
+            tick()
+
+    def _next_turn(self, item: _Live) -> tuple[Policy, TurnRequest]:
+        """The policy and request of a live episode's next turn (seeded from episode seed and turn)."""
+        speaker = next(iter(item.observations.values()))["speaker"]
+        observation = item.observations[speaker]
+        seed = None if item.spec.seed is None else derive_seed(item.spec.seed, observation["turn"])
+        return self.policies[speaker], TurnRequest(agent=speaker, observation=observation, seed=seed)
+
     def _step(self, live: list[_Live], stats: RolloutStats) -> list[tuple[_Live, EpisodeRecord]]:
         """One turn of every live episode: one `act` call per distinct policy."""
         groups: dict[int, tuple[Policy, list[_Live], list[TurnRequest]]] = {}
         for item in live:
-            speaker = next(iter(item.observations.values()))["speaker"]
-            observation = item.observations[speaker]
-            seed = None if item.spec.seed is None else derive_seed(item.spec.seed, observation["turn"])
-            policy = self.policies[speaker]
+            policy, request = self._next_turn(item)
             group = groups.setdefault(id(policy), (policy, [], []))
             group[1].append(item)
-            group[2].append(TurnRequest(agent=speaker, observation=observation, seed=seed))
+            group[2].append(request)
         stats.steps += 1
         finished = []
         for policy, items, requests in groups.values():
@@ -307,31 +383,3 @@ def _record(env: Any, item: _Live, *, error: str | None = None) -> EpisodeRecord
 
 def _with_policies(record: EpisodeRecord, identities: Mapping[str, Any], sampling: Mapping[str, Any]) -> EpisodeRecord:
     return replace(record, policies=_jsonable(identities), sampling=_jsonable(sampling))
-
-
-class _ProgressBar:
-    """A rich progress bar (episodes done, tokens/s), or nothing when disabled."""
-
-    def __init__(self, enabled: bool, total: int, description: str):
-        self.enabled, self.total, self.description = enabled, total, description
-        self._progress: Any = None
-
-    def __enter__(self) -> "_ProgressBar":
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
-                TextColumn("{task.fields[tps]:.1f} tok/s"), TimeElapsedColumn(),
-            )
-            self._progress.__enter__()
-            self._task = self._progress.add_task(self.description, total=self.total, tps=0.0)
-        return self
-
-    def update(self, done: int, tokens_per_s: float) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, advance=done, tps=tokens_per_s)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(*exc)

@@ -44,6 +44,12 @@ def rollout(
     threads: int | None = typer.Option(None, "--threads", min=1, help="torch CPU threads while generating (hf)."),
     format_instruction: str | None = typer.Option(
         None, "--format-instruction", help="'sample' (one from the format pool per episode), an index, or text."),
+    scheduling: str = typer.Option(
+        "auto", "--scheduling", help="How turns reach the backend: lock-step (one batched call per step), continuous "
+        "(each episode's next turn as soon as its reply is in; vllm, openai) or auto (continuous where supported)."),
+    max_inflight: int | None = typer.Option(
+        None, "--max-inflight", min=1, help="Most turn requests outstanding at once, one per live episode "
+        "(default: every episode in lock step, 256 in continuous mode)."),
     show: int = typer.Option(0, "--show", min=0, help="Print the transcripts of the first N episodes."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
@@ -58,7 +64,7 @@ def rollout(
             env_kwargs=_drop_none(num_agents=num_agents, max_turns=max_turns),
             temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, base_urls=base_url,
             batch_size=batch_size, dtype=dtype, format_instruction=format_instruction, progress=progress,
-            policy_kwargs=_drop_none(num_threads=threads),
+            policy_kwargs=_drop_none(num_threads=threads), scheduling=scheduling, max_inflight=max_inflight,
         )
     except (OptimaError, ValueError) as exc:
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
@@ -75,13 +81,15 @@ def run_rollout(*, env_id: str, model: str, backend: str, episodes: int, out: Pa
                 temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 128,
                 base_urls: Sequence[str] = (), batch_size: int | None = None, dtype: str | None = None,
                 format_instruction: str | None = None, progress: bool = True,
-                policy_kwargs: dict[str, Any] | None = None) -> tuple[list, Any, Path | None]:
+                policy_kwargs: dict[str, Any] | None = None, scheduling: str = "auto",
+                max_inflight: int | None = None) -> tuple[list, Any, Path | None]:
     """The command without the printing: returns (records, engine stats, written part or None)."""
     import optima_envs
     from optima_agents.policies import SamplingParams, make_policy
     from optima_agents.rollout import EpisodeSpec, RolloutEngine
     from optima_train.buffers import write_episodes
 
+    _check_scheduling(scheduling, max_inflight, backend)  # fail fast, before the model
     env = optima_envs.make(env_id, **{**(task_kwargs or {}), **(env_kwargs or {})})  # fail fast, before the model
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
     policy = make_policy(backend, model, sampling=sampling, dtype=dtype, batch_size=batch_size, base_urls=base_urls,
@@ -91,7 +99,7 @@ def run_rollout(*, env_id: str, model: str, backend: str, episodes: int, out: Pa
         options["format_instruction"] = int(format_instruction) if format_instruction.isdigit() else format_instruction
     size = len(env.task.source)
     specs = [EpisodeSpec(seed=seed + i, index=i % size, options=options) for i in range(episodes)]
-    engine = RolloutEngine(env, policy, progress=progress)
+    engine = RolloutEngine(env, policy, progress=progress, scheduling=scheduling, max_inflight=max_inflight)
     metadata = {"command": "rollout", "argv": sys.argv[1:], "env": env_id, "model": model, "backend": backend}
     finished: list = []
     try:
@@ -146,6 +154,29 @@ def print_transcript(console: Console, record: Any) -> None:
         per_agent = ", ".join(f"{a} {n}" for a, n in record.agent_tokens.items())
         console.print(f"answer {escape(repr(record.final_answer))}  score {score}  end {record.end_reason}  "
                       f"tokens {record.total_tokens} ({per_agent})", highlight=False)
+
+
+def _check_scheduling(scheduling: str, max_inflight: int | None, backend: str) -> None:
+    """--scheduling and --max-inflight, and whether the backend can run continuous, before any model loads.
+
+    Raises:
+        ConfigError: an unknown scheduling, a max_inflight below 1, or "continuous" for a backend
+            whose policy class declares no `submit` (a backend built by a plain function is
+            checked when the engine starts).
+    """
+    from optima_agents.policies import backend_spec, capabilities_of
+    from optima_agents.rollout.scheduling import SCHEDULINGS, check_max_inflight
+    from optima_envs.errors import ConfigError
+
+    if scheduling not in SCHEDULINGS:
+        raise ConfigError(f"--scheduling must be one of {list(SCHEDULINGS)}, got {scheduling!r}")
+    check_max_inflight(max_inflight, field="--max-inflight")
+    if scheduling != "continuous":
+        return
+    factory = backend_spec(backend).resolve()
+    if isinstance(factory, type) and not capabilities_of(factory).submit:
+        raise ConfigError(f"--scheduling continuous needs a backend that takes requests one at a time (vllm, openai); "
+                          f"{backend!r} ({factory.__name__}) batches per call: use --scheduling auto or lock-step")
 
 
 def _drop_none(**kwargs: Any) -> dict[str, Any]:

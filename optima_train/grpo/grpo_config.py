@@ -19,7 +19,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optima_envs.errors import ConfigError
-from optima_train.config_base import TRLTrainSection, backend_field, check_backend, launch_keys, redefault
+from optima_train.config_base import (
+    SCHEDULING_KEYS,
+    TRLTrainSection,
+    backend_field,
+    check_backend,
+    check_scheduling,
+    launch_keys,
+    max_inflight_field,
+    redefault,
+    scheduling_field,
+)
 from optima_train.config_base import help_meta as _help
 from optima_train.idpo.idpo_config import check_question_ranges
 from optima_train.isft.isft_config import (
@@ -47,10 +57,13 @@ class GRPOGenerationSection:
     max_turns: int | None = field(default=None, metadata=_help("Most utterances per dialogue (None: the task's, 10)."))
     batch_size: int = field(default=64, metadata=_help("Most sequences per generate call (hf backend)."))
     max_live: int | None = field(default=None, metadata=_help("Most episodes in flight (None: all)."))
+    scheduling: str = scheduling_field()
+    max_inflight: int | None = max_inflight_field()
     backend_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help(
         "Extra policy kwargs passed to optima_agents.policies.make_policy (e.g. vllm engine options)."))
 
     def __post_init__(self) -> None:
+        check_scheduling("generation", self.scheduling, self.max_inflight)
         if self.group_size < 2:
             raise ConfigError(f"generation.group_size must be >= 2, got {self.group_size}: a group of one dialogue has "
                               "no spread, so its advantage is always 0 and nothing would be learned")
@@ -156,7 +169,7 @@ class GRPOConfig:
     run: GRPORunSection = field(default_factory=GRPORunSection)
 
     #: Fields that may differ when resuming a run (everything else must match the stored config).
-    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", *launch_keys("train"))
+    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", *SCHEDULING_KEYS, *launch_keys("train"))
 
     def __post_init__(self) -> None:
         check_question_ranges(self.task, self.eval, self.task.train_first_index, self.task.train_questions)

@@ -21,7 +21,7 @@ from typing import Any
 
 from optima_agents.mcts.mcts_config import MCTSConfig, PairConfig
 from optima_envs.errors import ConfigError
-from optima_train.config_base import launch_keys
+from optima_train.config_base import SCHEDULING_KEYS, launch_keys
 from optima_train.config_base import help_meta as _help
 from optima_train.config_io import config_to_dict, from_dict
 from optima_train.idpo.idpo_config import (
@@ -88,7 +88,7 @@ class ISFTDPOConfig:
     run: ISFTDPORunSection = field(default_factory=ISFTDPORunSection)
 
     #: Fields that may differ when resuming a run (everything else must match the stored config).
-    RESUMABLE = ("cycles.count", "run.progress", "run.num_threads", *launch_keys("sft", "dpo"))
+    RESUMABLE = ("cycles.count", "run.progress", "run.num_threads", *SCHEDULING_KEYS, *launch_keys("sft", "dpo"))
 
     def __post_init__(self) -> None:
         check_question_ranges(self.task, self.eval, self.task.train_first_index,
