@@ -97,8 +97,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--questions", type=int, default=200)
-    parser.add_argument("--dtype", default="bfloat16",
-                        help="The board cells' vLLM dtype (float32 on CPUs without native bf16, where bf16 is emulated).")
+    parser.add_argument("--dtype", default="auto",
+                        help="The board cells' dtype; auto: bf16 where the hardware runs it natively, else float32.")
     parser.add_argument("--name", default="training_repeats_isft_synth_hop")
     args = parser.parse_args()
 

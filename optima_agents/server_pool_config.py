@@ -38,8 +38,8 @@ class ReplicaPoolConfig:
             A registry name, a local model folder or a hub id (`resolve_model`).
         served_model_name (`str` or `None`, *optional*, defaults to `None`):
             The name clients send as `model`; `None` means `model` as given.
-        dtype (`str`, *optional*, defaults to `"bfloat16"`):
-            vLLM's `--dtype`.
+        dtype (`str`, *optional*, defaults to `"auto"`):
+            vLLM's `--dtype`; "auto" is resolved by `VLLMServer` for this machine.
         enforce_eager (`bool`, *optional*, defaults to `False`):
             vLLM's `--enforce-eager` (faster startup, slower decoding).
 
@@ -99,7 +99,7 @@ class ReplicaPoolConfig:
     # Model
     model: str = field(default="smollm2-135m", metadata={"help": "Registry name, model folder or hub id."})
     served_model_name: str | None = field(default=None, metadata={"help": "Name clients send as `model`."})
-    dtype: str = field(default="bfloat16", metadata={"help": "vLLM --dtype."})
+    dtype: str = field(default="auto", metadata={"help": "vLLM --dtype (auto: bf16 where the machine runs it natively, else float32)."})
     enforce_eager: bool = field(default=False, metadata={"help": "vLLM --enforce-eager."})
     # Replicas
     replicas: int = field(default=1, metadata={"help": "Servers to start."})

@@ -39,6 +39,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
+from optima_agents.models.dtypes import resolve_dtype_here
 from optima_envs.errors import OptimaError
 
 __all__ = ["ServerStartError", "VLLMServer", "free_port"]
@@ -66,7 +67,9 @@ class VLLMServer:
             folder or a hub id (resolved with `resolve_model`).
         host (str, *optional*, defaults to `"127.0.0.1"`): loopback unless you mean to expose it.
         port (int, *optional*): None picks a free port.
-        dtype (str, *optional*, defaults to `"bfloat16"`): the server's `--dtype`.
+        dtype (str, *optional*, defaults to `"auto"`): the server's `--dtype`; "auto" is resolved
+            here (`optima_agents.models.dtypes`: bf16 where this machine runs it natively, else
+            float32), never left to vLLM, whose "auto" is the checkpoint's dtype.
         enforce_eager (bool, *optional*, defaults to False): pass `--enforce-eager` (faster
             startup: 40-55 s for SmolLM2 on 2 shared CPU cores, against 65-85 s compiled with a
             warm compile cache and 150 s+ cold).
@@ -85,7 +88,7 @@ class VLLMServer:
         *,
         host: str = "127.0.0.1",
         port: int | None = None,
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         enforce_eager: bool = False,
         served_model_name: str | None = None,
         kv_cache_gib: float = 1.0,
@@ -103,7 +106,7 @@ class VLLMServer:
         self.startup_timeout_s = startup_timeout_s
         args = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_path,
-            "--host", host, "--port", str(self.port), "--dtype", dtype,
+            "--host", host, "--port", str(self.port), "--dtype", resolve_dtype_here(dtype),
             "--served-model-name", self.served_model_name, *extra_args,
         ]
         if enforce_eager:

@@ -1,5 +1,6 @@
 """What every trainer config shares: the field-metadata helpers, the backend field (checked
-against the backend registry, not a fixed list) and the base of the `train` sections.
+against the backend registry, not a fixed list), the rollout scheduling fields of generation
+sections and the base of the `train` sections.
 
     class DPOTrainSection(TRLTrainSection):
         TRL_CONFIG = "DPOConfig"
@@ -15,12 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from optima_envs.errors import ConfigError
 
-__all__ = ["BACKEND_HELP", "LAUNCH_FIELDS", "TRLTrainSection", "backend_field", "check_backend", "help_meta",
-           "launch_keys", "redefault"]
+__all__ = ["BACKEND_HELP", "LAUNCH_FIELDS", "SCHEDULING_KEYS", "TRLTrainSection", "backend_field", "check_backend",
+           "check_scheduling", "help_meta", "launch_keys", "max_inflight_field", "redefault", "scheduling_field"]
 
 BACKEND_HELP = ("hf (transformers), vllm (in-process) or openai (OpenAI-compatible servers), or any backend "
                 "installed through the entry-point group optima.backends")
@@ -60,6 +61,41 @@ def check_backend(where: str, name: str) -> Any:
         raise ConfigError(f"{where}: {error}") from None
 
 
+def scheduling_field() -> Any:
+    """A generation section's `scheduling`: how the rollout engine sends turns to the backend."""
+    from optima_agents.rollout.scheduling import SCHEDULINGS
+
+    return field(default="auto", metadata=help_meta(
+        "How turns reach the backend: lock-step (one batched call per step), continuous (each episode's next turn "
+        "as soon as its previous reply is in; backends that submit, vllm and openai) or auto (continuous where the "
+        "backend supports it). The records are the same either way.", choices=list(SCHEDULINGS)))
+
+
+def max_inflight_field() -> Any:
+    """A generation section's `max_inflight`: the most turn requests outstanding at once."""
+    return field(default=None, metadata=help_meta(
+        "Most turn requests outstanding at once, one per live episode (None: every episode in lock step, 256 in "
+        "continuous mode; max_live also applies, the smaller wins)."))
+
+
+def check_scheduling(section: str, scheduling: str, max_inflight: int | None) -> None:
+    """Checks a generation section's `scheduling` and `max_inflight` (`section` names it).
+
+    Raises:
+        ConfigError: an unknown scheduling or a max_inflight below 1.
+    """
+    from optima_agents.rollout.scheduling import SCHEDULINGS, check_max_inflight
+
+    if scheduling not in SCHEDULINGS:
+        raise ConfigError(f"{section}.scheduling must be one of {list(SCHEDULINGS)}, got {scheduling!r}")
+    check_max_inflight(max_inflight, field=f"{section}.max_inflight")
+
+
+#: The scheduling fields of a `generation` section: they change how fast dialogues are sampled,
+#: never which, so a run may resume with other values.
+SCHEDULING_KEYS = ("generation.scheduling", "generation.max_inflight")
+
+
 #: The `TRLTrainSection` fields that say how a step is launched, not what it trains.
 LAUNCH_FIELDS = ("launcher", "accelerate_config", "launch_args")
 
@@ -97,7 +133,9 @@ class TRLTrainSection:
     warmup_steps: float = field(default=0.0, metadata=help_meta(
         "Warmup steps (a float < 1: a fraction of all steps)."))
     weight_decay: float = field(default=0.0, metadata=help_meta("AdamW weight decay."))
-    bf16: bool = field(default=True, metadata=help_meta("bf16 autocast (fast on CPUs with AMX and on GPUs)."))
+    bf16: bool | Literal["auto"] = field(default="auto", metadata=help_meta(
+        "bf16 autocast; auto: on where the device runs bf16 natively (GPUs, CPUs with AMX or AVX512-BF16), off on "
+        "other CPUs, where it is emulated and slower than float32."))
     gradient_checkpointing: bool = field(default=False, metadata=help_meta("Trade compute for memory."))
     logging_steps: int = field(default=5, metadata=help_meta("Log the losses every this many steps (TensorBoard)."))
     # launch (how, not what: a run may resume under another launcher, see `launch_keys`)

@@ -303,7 +303,7 @@ class IterativeTrainer:
 
         self.close()  # free the previous model before loading the next
         s = self._sampler
-        policy = build_policy(s.backend, model, sampling, dtype=self.config.model.dtype, batch_size=s.batch_size,
+        policy = build_policy(s.backend, model, sampling, dtype=self.config.model.resolved_dtype(), batch_size=s.batch_size,
                               device=self.config.model.resolved_device(), backend_kwargs=s.backend_kwargs)
         self._policy = (model, policy)
         return policy
@@ -319,7 +319,7 @@ class IterativeTrainer:
             from optima_train.rewards import ReadabilityScorer
 
             ref = self.config.model.reference or self.base_model
-            self._reference_loss = ReadabilityScorer(ref, dtype=self.config.model.dtype,
+            self._reference_loss = ReadabilityScorer(ref, dtype=self.config.model.resolved_dtype(),
                                                      device=self.config.model.resolved_device(),
                                                      max_batch_tokens=self.config.reward.readability_batch_tokens,
                                                      cache_path=self.run_dir.readability_cache)

@@ -78,7 +78,9 @@ def build_report(cfg: Any, *, command: str, gpu: GPUSpec, model_size: str | None
     launches = {s.train_name: read_launch(s.train, device=cfg.model.device) for s in stages}
     on_gpu = cfg.model.device == "cuda" or (cfg.model.device == "auto" and (
         any(s.sampler.backend == "vllm" for s in stages) or any(x.kind in ("ddp", "deepspeed") for x in launches.values())))
-    dtype_bytes = 2 if cfg.model.dtype == "bfloat16" else 4
+    from optima_agents.models.dtypes import resolve_dtype
+
+    dtype_bytes = 2 if resolve_dtype(cfg.model.dtype, "cuda") == "bfloat16" else 4  # a plan is for GPUs
     ref_bytes = ref.parameters * dtype_bytes if (ref is not None and on_gpu) else 0
 
     r.lines += [f"launch plan: {command}", "  (estimates from the config alone: no model, data or GPU was used)",

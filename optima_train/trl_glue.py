@@ -175,6 +175,15 @@ def lora_config(cfg: Any) -> Any | None:
                       target_modules=targets, task_type="CAUSAL_LM")
 
 
+def use_bf16(setting: bool | str, device: str) -> bool:
+    """`train.bf16` as TRL takes it: "auto" is on where `device` runs bf16 natively."""
+    if setting != "auto":
+        return bool(setting)
+    from optima_agents.models.dtypes import resolve_dtype
+
+    return resolve_dtype("auto", device) == "bfloat16"
+
+
 def training_args(cfg: Any, folder: Path, *, seed: int) -> dict[str, Any]:
     """The `TrainingArguments` fields every method takes from `cfg.train`, `cfg.model` and
     `cfg.run`, plus `cfg.train.extra` (any other field of the method's TRL config).
@@ -188,7 +197,7 @@ def training_args(cfg: Any, folder: Path, *, seed: int) -> dict[str, Any]:
         per_device_train_batch_size=t.per_device_train_batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps, max_length=t.max_length,
         lr_scheduler_type=t.lr_scheduler_type, warmup_steps=t.warmup_steps, weight_decay=t.weight_decay,
-        bf16=t.bf16, gradient_checkpointing=t.gradient_checkpointing, logging_steps=t.logging_steps,
+        bf16=use_bf16(t.bf16, cfg.model.resolved_device()), gradient_checkpointing=t.gradient_checkpointing, logging_steps=t.logging_steps,
         use_cpu=cfg.model.resolved_device() == "cpu", disable_tqdm=not cfg.run.progress, **t.extra,
     )
 

@@ -50,7 +50,7 @@ from optima_agents.policies.logprobs import align_logprobs
 
 __all__ = ["HFPolicy"]
 
-_DTYPES = ("bfloat16", "float16", "float32")
+_DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
 class HFPolicy:
@@ -62,8 +62,9 @@ class HFPolicy:
             already loaded model (then pass `tokenizer`).
         tokenizer (*optional*): the tokenizer; loaded from the model folder when None.
         sampling (SamplingParams, *optional*): temperature 0 is greedy.
-        dtype (str, *optional*, defaults to `"bfloat16"`): `"bfloat16"`, `"float16"` or
-            `"float32"`; ignored for an already loaded model.
+        dtype (str, *optional*, defaults to `"auto"`): `"bfloat16"`, `"float16"`, `"float32"`, or
+            `"auto"`: bf16 where `device` runs it natively, else float32
+            (`optima_agents.models.dtypes`); ignored for an already loaded model.
         device (str, *optional*, defaults to `"cpu"`): where the model runs.
         batch_size (int, *optional*, defaults to 64): the most rows per `generate` call.
         chat_format (ChatFormat, *optional*): how transcripts become chat messages.
@@ -88,7 +89,7 @@ class HFPolicy:
         *,
         tokenizer: Any = None,
         sampling: SamplingParams = SamplingParams(),
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         device: str = "cpu",
         batch_size: int = 64,
         chat_format: ChatFormat = DEFAULT_CHAT_FORMAT,
@@ -102,6 +103,9 @@ class HFPolicy:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from optima_agents.models.dtypes import resolve_dtype
+
+        dtype = resolve_dtype(dtype, device)
         self.sampling = sampling
         self.batch_size = batch_size
         self.chat_format = chat_format

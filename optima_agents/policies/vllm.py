@@ -5,6 +5,12 @@ Every `act` call builds each request's prompt ids with the shared chat module (t
 vLLM's scheduler batches every pending turn together and never tokenizes the prompt itself: the
 chat template already writes the special tokens, and nothing can add a second BOS.
 
+`submit(request)` (`PolicyCapabilities.submit`) sends one request into the same engine without
+waiting for a batch: a driver thread adds it to the running batch and steps the engine
+(`vllm_driver.StepDriver`, which says why it drives `LLM` step by step rather than starting
+vLLM's `AsyncLLM`). The request gets the same prompt ids, sampling parameters and seed it would
+get in `act`, and its reply goes through the same cleaning.
+
 Why it is built this way:
 - **Per-request seeds**: each request gets its own `vllm.SamplingParams(seed=...)`, derived like
   `HFPolicy` does (request seed and `SamplingParams.seed`), so a sampled reply does not depend
@@ -45,12 +51,15 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, prompt_ids
 from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, row_seed
 from optima_agents.policies.logprobs import align_logprobs, sampled_logprobs
+from optima_agents.policies.vllm_driver import StepDriver
 
 __all__ = ["VLLMPolicy"]
 
@@ -66,8 +75,10 @@ class VLLMPolicy:
         model (str, *optional*, defaults to `"smollm2-135m"`): a registry name, a local model
             folder or a hub id (resolved with `resolve_model`).
         sampling (SamplingParams, *optional*): temperature 0 is greedy.
-        dtype (str, *optional*, defaults to `"bfloat16"`): `"bfloat16"`, `"float16"`,
-            `"float32"` or `"auto"`. bf16 is the fast path on CPUs with AMX and on GPUs.
+        dtype (str, *optional*, defaults to `"auto"`): `"bfloat16"`, `"float16"`, `"float32"`, or
+            `"auto"`: bf16 on GPUs and on CPUs that run it natively (AMX, AVX512-BF16), float32 on
+            other CPUs, where bf16 is emulated and several times slower
+            (`optima_agents.models.dtypes`).
         enforce_eager (bool, *optional*, defaults to False): skip torch.compile (and CUDA graphs).
             Measured for SmolLM2 on 2 shared CPU cores: compiled 150-200 s the first time (cold
             compile cache), 65-85 s after; eager 35-55 s. Compiled decodes faster.
@@ -86,14 +97,14 @@ class VLLMPolicy:
         BackendParityError: the self-check found outputs the reference model disagrees with.
     """
 
-    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True)
+    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True, submit=True)
 
     def __init__(
         self,
         model: str = "smollm2-135m",
         *,
         sampling: SamplingParams = SamplingParams(),
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         enforce_eager: bool = False,
         chat_format: ChatFormat = DEFAULT_CHAT_FORMAT,
         verify: bool | Literal["auto"] = "auto",
@@ -109,12 +120,13 @@ class VLLMPolicy:
         from vllm.platforms import current_platform
 
         from optima_agents.models import resolve_model
+        from optima_agents.models.dtypes import resolve_dtype
 
         self.sampling = sampling
         self.chat_format = chat_format
         self.model_name = model
         self.model_path = resolve_model(model)
-        self.dtype = dtype
+        self.dtype = dtype = resolve_dtype(dtype, "cpu" if current_platform.is_cpu() else "cuda")
         self.enforce_eager = enforce_eager
         self.on_cpu = bool(current_platform.is_cpu())
         self._calls = 0
@@ -131,6 +143,7 @@ class VLLMPolicy:
         self.engine_options = {"dtype": dtype, "enforce_eager": enforce_eager, "seed": seed, **options}
         with _env({"VLLM_USE_AOT_COMPILE": "0"} if self.on_cpu else {}):
             self.llm = LLM(model=self.model_path, **self.engine_options)
+        self._driver = StepDriver(self.llm, threading.Lock())
         self.tokenizer = self.llm.get_tokenizer()
         gen_eos = self.llm.llm_engine.model_config.hf_config.eos_token_id
         gen_eos = gen_eos if isinstance(gen_eos, list) else [gen_eos]
@@ -151,32 +164,33 @@ class VLLMPolicy:
             return []
         from vllm.inputs import TokensPrompt
 
-        self._calls += 1
-        prompts = [prompt_ids(r.observation, self.tokenizer, self.chat_format) for r in requests]
-        actions: list[Action | None] = [None] * len(requests)
-        batch = []
-        for i, (request, ids) in enumerate(zip(requests, prompts)):
-            if len(ids) >= self.max_model_len:
-                actions[i] = Action(
-                    text="", finish_reason="error", prompt_tokens=len(ids),
-                    error=f"prompt of {len(ids)} tokens does not fit max_model_len={self.max_model_len}",
-                )
-            else:
-                batch.append((i, ids, self._params(row_seed(self.sampling.seed, request.seed, self._calls, i))))
-        if batch:
-            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for _, ids, _ in batch],
-                                        [p for _, _, p in batch], use_tqdm=False)
-            for (i, ids, params), out in zip(batch, outputs):
-                completion = out.outputs[0]
-                generated = list(completion.token_ids)
-                logprobs = None
-                if self.sampling.logprobs:
-                    if completion.logprobs is None:
-                        raise RuntimeError("vLLM returned no log-probs for a request that asked for them "
-                                           f"(SamplingParams(logprobs=0)); vllm {_vllm_version()}")
-                    logprobs = sampled_logprobs(generated, completion.logprobs)
-                actions[i] = self._to_action(generated, len(ids), params.seed, logprobs)
+        with self._driver.lock:  # submitted requests and this call never share the engine
+            self._calls += 1
+            prompts = [prompt_ids(r.observation, self.tokenizer, self.chat_format) for r in requests]
+            actions: list[Action | None] = [None] * len(requests)
+            batch = []
+            for i, (request, ids) in enumerate(zip(requests, prompts)):
+                too_long = self._too_long(ids)
+                if too_long is not None:
+                    actions[i] = too_long
+                else:
+                    batch.append((i, ids, self._params(row_seed(self.sampling.seed, request.seed, self._calls, i))))
+            if batch:
+                outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for _, ids, _ in batch],
+                                            [p for _, _, p in batch], use_tqdm=False)
+                for (i, ids, params), out in zip(batch, outputs):
+                    actions[i] = self._from_output(out, len(ids), params.seed)
         return actions  # type: ignore[return-value]
+
+    def submit(self, request: TurnRequest) -> Future[Action]:
+        """The action `act([request])` would give, as a future: the request joins the engine's
+        running batch (`vllm_driver.StepDriver`). An engine error is the future's exception."""
+        if self.llm is None:
+            raise RuntimeError("this VLLMPolicy was closed (close() shut its engine down); make a new one")
+        self._calls += 1
+        seed = row_seed(self.sampling.seed, request.seed, self._calls, 0)
+        return self._driver.submit(lambda: self._prepare(request, seed),
+                                   lambda out: self._from_output(out, len(out.prompt_token_ids), seed))
 
     def identity(self) -> dict[str, Any]:
         """Backend, model, resolved path, revision, engine settings, sampling and chat format."""
@@ -235,6 +249,9 @@ class VLLMPolicy:
         if llm is None:
             return
         self.llm = None
+        driver = getattr(self, "_driver", None)
+        if driver is not None:
+            driver.close()
         try:
             llm.llm_engine.engine_core.shutdown()
         except Exception:  # noqa: BLE001  (best effort: the engine may already be gone)
@@ -251,6 +268,32 @@ class VLLMPolicy:
         folder = Path(self.model_path)
         weights = sum(p.stat().st_size for p in folder.glob("*.safetensors")) if folder.is_dir() else 0
         return self.on_cpu and 0 < weights <= _VERIFY_AUTO_MAX_BYTES
+
+    def _too_long(self, ids: Sequence[int]) -> Action | None:
+        """The error action of a prompt that leaves no room to generate, else None."""
+        if len(ids) < self.max_model_len:
+            return None
+        return Action(text="", finish_reason="error", prompt_tokens=len(ids),
+                      error=f"prompt of {len(ids)} tokens does not fit max_model_len={self.max_model_len}")
+
+    def _prepare(self, request: TurnRequest, seed: int) -> tuple[Any, Any] | Action:
+        """A submitted request's token prompt and sampling parameters (or its error action)."""
+        from vllm.inputs import TokensPrompt
+
+        ids = prompt_ids(request.observation, self.tokenizer, self.chat_format)
+        return self._too_long(ids) or (TokensPrompt(prompt_token_ids=ids), self._params(seed))
+
+    def _from_output(self, out: Any, prompt_len: int, seed: int | None) -> Action:
+        """The action of a finished `vllm.RequestOutput`."""
+        completion = out.outputs[0]
+        generated = list(completion.token_ids)
+        logprobs = None
+        if self.sampling.logprobs:
+            if completion.logprobs is None:
+                raise RuntimeError("vLLM returned no log-probs for a request that asked for them "
+                                   f"(SamplingParams(logprobs=0)); vllm {_vllm_version()}")
+            logprobs = sampled_logprobs(generated, completion.logprobs)
+        return self._to_action(generated, prompt_len, seed, logprobs)
 
     def _params(self, seed: int) -> Any:
         from vllm import SamplingParams as VSamplingParams

@@ -50,7 +50,8 @@ def leaderboard(
     model: list[str] = typer.Option(["smollm2-135m"], "--model", help="label=model or model (repeatable)."),
     backend: str = typer.Option("hf", "--backend", help=backend_help()),
     base_url: list[str] = typer.Option([], "--base-url", help="OpenAI-compatible server URL (repeatable)."),
-    dtype: str = typer.Option("bfloat16", "--dtype", help="Model dtype (hf/vllm)."),
+    dtype: str = typer.Option("auto", "--dtype", help="Model dtype (hf/vllm); auto: bf16 where the hardware "
+                              "runs it natively, else float32."),
     questions: int = typer.Option(200, "--questions", min=1, help="Held-out questions per task."),
     seed: int = typer.Option(1_000_000, "--seed", help="Reset seed of question 0 (question i: seed+i)."),
     first_index: int = typer.Option(0, "--first-index", min=0, help="Index of the first held-out instance."),

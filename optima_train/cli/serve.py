@@ -39,7 +39,8 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 serves other machines)."),
     served_model_name: str | None = typer.Option(
         None, "--served-model-name", help="Name clients send (default: --model)."),
-    dtype: str = typer.Option("bfloat16", "--dtype", help="vLLM --dtype."),
+    dtype: str = typer.Option("auto", "--dtype", help="vLLM --dtype (auto: bf16 where the machine runs it natively, "
+                              "else float32)."),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help="vLLM --enforce-eager (faster startup)."),
     kv_cache_gib: float | None = typer.Option(
         None, "--kv-cache-gib", help="KV cache per replica in GiB (default 1, for CPU)."),

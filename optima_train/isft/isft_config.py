@@ -18,7 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optima_envs.errors import ConfigError
-from optima_train.config_base import TRLTrainSection, backend_field, check_backend, launch_keys
+from optima_train.config_base import (
+    SCHEDULING_KEYS,
+    TRLTrainSection,
+    backend_field,
+    check_backend,
+    check_scheduling,
+    launch_keys,
+    max_inflight_field,
+    scheduling_field,
+)
 from optima_train.config_base import help_meta as _help
 
 __all__ = [
@@ -73,8 +82,10 @@ class ModelSection:
     name: str = field(default="smollm2-135m", metadata=_help("Starting model: registry name, local folder or hub id."))
     reference: str | None = field(default=None, metadata=_help(
         "Frozen reference model of the readability term (None: the starting model)."))
-    dtype: str = field(default="bfloat16", metadata=_help("Generation and reference dtype.",
-                                                            choices=["bfloat16", "float32"]))
+    dtype: str = field(default="auto", metadata=_help(
+        "Generation and reference dtype; auto: bfloat16 where the device runs it natively (GPUs, CPUs with AMX or "
+        "AVX512-BF16), float32 on other CPUs, where bf16 is emulated and many times slower.",
+        choices=["auto", "bfloat16", "float32"]))
     device: str = field(default="auto", metadata=_help(
         "Where generation (hf backend), the reference model and training run; auto: cuda when available.",
         choices=["auto", "cpu", "cuda"]))
@@ -85,6 +96,12 @@ class ModelSection:
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def resolved_dtype(self) -> str:
+        """`dtype`, with "auto" resolved for `resolved_device()`."""
+        from optima_agents.models.dtypes import resolve_dtype
+
+        return resolve_dtype(self.dtype, self.resolved_device())
 
 
 @dataclass
@@ -100,10 +117,13 @@ class GenerationSection:
         "Iteration 0 samples with a format-diverse instruction (reset option format_instruction='sample')."))
     batch_size: int = field(default=64, metadata=_help("Most sequences per generate call (hf backend)."))
     max_live: int | None = field(default=None, metadata=_help("Most episodes in flight (None: all)."))
+    scheduling: str = scheduling_field()
+    max_inflight: int | None = max_inflight_field()
     backend_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help(
         "Extra policy kwargs passed to optima_agents.policies.make_policy (e.g. vllm engine options)."))
 
     def __post_init__(self) -> None:
+        check_scheduling("generation", self.scheduling, self.max_inflight)
         if self.samples_per_question < 1:
             raise ConfigError(f"generation.samples_per_question must be >= 1, got {self.samples_per_question}")
         if self.temperature < 0:
@@ -242,7 +262,7 @@ class ISFTConfig:
     run: RunSection = field(default_factory=RunSection)
 
     #: Fields that may differ when resuming a run (everything else must match the stored config).
-    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", *launch_keys("train"))
+    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", *SCHEDULING_KEYS, *launch_keys("train"))
 
     def __post_init__(self) -> None:
         t = self.task

@@ -61,7 +61,7 @@ class LeaderboardConfig:
     models: Sequence[str] = ("smollm2-135m",)
     backend: str = "hf"
     base_urls: Sequence[str] = ()
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     questions: int = 200
     seed: int = 1_000_000  # the training loops' held-out seed, so `mas` cells match their evaluations
     first_index: int = 0
@@ -110,8 +110,12 @@ class LeaderboardConfig:
         return kwargs
 
     def model_specs(self) -> list[ModelSpec]:
+        from optima_agents.models.dtypes import resolve_dtype_here
+
         backend_kwargs = {"base_urls": list(self.base_urls)} if self.base_urls else {}
-        return [parse_model(m, backend=self.backend, dtype=self.dtype, backend_kwargs=backend_kwargs)
+        # "auto" is resolved here, so a cell's identity names the dtype that actually ran.
+        dtype = resolve_dtype_here(self.dtype)
+        return [parse_model(m, backend=self.backend, dtype=dtype, backend_kwargs=backend_kwargs)
                 for m in self.models]
 
 

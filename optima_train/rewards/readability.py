@@ -13,8 +13,8 @@ text), and it asks exactly "is this something a model would say".
 
 **Cost.** Utterances are deduplicated, cached by text (an in-memory LRU, plus an optional
 append-only JSONL file so a resumed run or a later iteration never recomputes a text), sorted by
-length and batched under a token budget; the model runs in bf16 (fast on this CPU's AMX), and
-the log-softmax is taken in float32 row by row.
+length and batched under a token budget; the model runs in bf16 where the hardware has it (float32 on
+other CPUs, where bf16 is emulated), and the log-softmax is taken in float32 row by row.
 
 The dialogue's value is the largest per-turn loss (`max_turn_loss`); empty utterances have no
 tokens and no loss (the format rules penalise them instead).
@@ -66,7 +66,8 @@ class ReadabilityScorer:
     Args:
         model: a model folder / registry name, or a loaded causal LM (then pass `tokenizer`).
         tokenizer: the tokenizer, when `model` is an object.
-        dtype: "bfloat16" (default, fast on CPUs with AMX) or "float32".
+        dtype: "bfloat16", "float32", or "auto" (default): bf16 where `device` runs it natively
+            (GPUs, CPUs with AMX or AVX512-BF16), else float32 (`optima_agents.models.dtypes`).
         max_batch_tokens: padded tokens per forward pass.
         max_length: utterances longer than this many tokens are scored on their first
             `max_length` tokens.
@@ -80,14 +81,17 @@ class ReadabilityScorer:
         hits: number of texts answered from a cache.
     """
 
-    def __init__(self, model: Any, tokenizer: Any = None, *, dtype: str = "bfloat16", max_batch_tokens: int = 4096,
+    def __init__(self, model: Any, tokenizer: Any = None, *, dtype: str = "auto", max_batch_tokens: int = 4096,
                  max_length: int = 512, cache_size: int = 200_000, cache_path: str | Path | None = None,
                  model_key: str | None = None, device: str = "cpu"):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if dtype not in ("bfloat16", "float32"):
-            raise ValueError(f"ReadabilityScorer: dtype must be 'bfloat16' or 'float32', got {dtype!r}")
+        from optima_agents.models.dtypes import resolve_dtype
+
+        if dtype not in ("auto", "bfloat16", "float32"):
+            raise ValueError(f"ReadabilityScorer: dtype must be 'auto', 'bfloat16' or 'float32', got {dtype!r}")
+        dtype = resolve_dtype(dtype, device)
         torch_dtype = getattr(torch, dtype)
         if isinstance(model, (str, Path)):
             from optima_agents.models import resolve_model

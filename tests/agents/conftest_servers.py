@@ -11,9 +11,9 @@ engines live in module-level singletons (`shared_vllm_policy`, `shared_vllm_serv
 module's fixture gets the same object, and the first session-end teardown stops it.
 
 Which configurations, and why:
-- in-process: bfloat16, compiled (the default users get; its startup includes the parity
-  self-check, `verify="auto"`).
-- server: bfloat16 with `--enforce-eager` (the fast-starting mode, and the one DESIGN.md
+- in-process: dtype "auto", compiled (the default users get: bf16 where the CPU runs it natively,
+  float32 where it is emulated; its startup includes the parity self-check, `verify="auto"`).
+- server: dtype "auto" with `--enforce-eager` (the fast-starting mode, and the one DESIGN.md
   suspected of decoding garbage: the parity test keeps checking it).
 
 The HTTP doubles (`StubServer`) are real sockets: a `ThreadingHTTPServer` in a thread answering
@@ -40,8 +40,8 @@ import pytest
 
 from tests.conftest import TEST_MAX_NEW_TOKENS
 
-IN_PROCESS = {"dtype": "bfloat16", "enforce_eager": False}
-SERVER = {"dtype": "bfloat16", "enforce_eager": True}
+IN_PROCESS = {"dtype": "auto", "enforce_eager": False}
+SERVER = {"dtype": "auto", "enforce_eager": True}
 
 _SHARED: dict[str, Any] = {}
 

