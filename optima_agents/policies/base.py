@@ -138,12 +138,15 @@ class PolicyCapabilities:
         pairs built from its dialogues are rendered the same way).
     submit: `submit(request)` answers one request asynchronously (`SubmittingPolicy`), so the
         rollout engine can send each episode's next turn as soon as its previous reply is in.
+    replicas: the policy spreads requests over several servers and reports the ones it marked
+        down in `dead_urls` (a list of base URLs), which the rollout engine puts in its stats.
     """
 
     with_sampling: bool = False
     close: bool = False
     chat_format: bool = False
     submit: bool = False
+    replicas: bool = False
 
 
 NO_CAPABILITIES = PolicyCapabilities()

@@ -107,7 +107,7 @@ class OpenAIPolicy:
         ValueError: no base URLs, or a bad option value.
     """
 
-    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True, submit=True)
+    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True, submit=True, replicas=True)
 
     def __init__(
         self,

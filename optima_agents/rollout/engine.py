@@ -34,6 +34,7 @@ store other ids, the log-probs of a stored prefix are kept and anything else giv
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -41,7 +42,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from optima_agents.policies.base import Action, Policy, TurnRequest
+from optima_agents.policies.base import Action, Policy, TurnRequest, capabilities_of
 from optima_agents.policies.logprobs import align_logprobs
 from optima_agents.rollout.progress import ProgressBar
 from optima_agents.rollout.records import EpisodeRecord, TurnRecord
@@ -57,6 +58,8 @@ from optima_envs.errors import ConfigError, InvalidActionError
 
 __all__ = ["EnvFactory", "EpisodeSpec", "RecordHook", "RolloutEngine", "RolloutStats", "derive_seed", "episode_specs",
            "rollout", "turn_logprobs"]
+
+logger = logging.getLogger("optima_agents.rollout")
 
 EnvFactory = Callable[[], Any]
 """Builds a fresh env (e.g. `lambda: optima_envs.make("synth-hop-ia", max_turns=4)`)."""
@@ -110,7 +113,9 @@ class RolloutStats:
     the `act` calls. Continuous: `steps` counts the engine's wake-ups (each handles the replies
     that arrived together) and `policy_calls` the `submit` calls (one per turn request).
     `first_episode_s` is the time from the start to the first finished episode (None before
-    one finished); `wall_s` runs to the last.
+    one finished); `wall_s` runs to the last. `dead_urls` are the servers a replicated policy
+    (`PolicyCapabilities.replicas`) had marked down when the run ended, also after a run that
+    raised.
     """
 
     episodes: int = 0
@@ -122,6 +127,7 @@ class RolloutStats:
     wall_s: float = 0.0
     scheduling: str = "lock-step"
     first_episode_s: float | None = None
+    dead_urls: list[str] = field(default_factory=list)
 
     @property
     def tokens_per_s(self) -> float:
@@ -227,19 +233,35 @@ class RolloutEngine:
                 bar.update(0, stats.tokens_per_s)
 
             limit = self._limit(len(specs))
-            if self.resolved_scheduling == "continuous":
-                def woke(submitted: int) -> None:
-                    stats.steps += 1
-                    stats.policy_calls = submitted
-                    tick()
-
-                run_continuous(queue, limit, start=self._start, next_turn=self._next_turn,
-                               apply=lambda item, request, action: self._apply(item, request, action, stats),
-                               finish=finish, on_wake=woke)
-            else:
-                self._run_lock_step(queue, limit, stats, finish, tick)
+            try:
+                self._play(queue, limit, stats, finish, tick)
+            finally:
+                stats.dead_urls = self._dead_urls()
             tick()
         return results  # type: ignore[return-value]
+
+    def _play(self, queue: deque, limit: int, stats: RolloutStats,
+              finish: Callable[[_Live, EpisodeRecord], None], tick: Callable[[], None]) -> None:
+        """Play the queue with the resolved scheduling."""
+        if self.resolved_scheduling == "continuous":
+            def woke(submitted: int) -> None:
+                stats.steps += 1
+                stats.policy_calls = submitted
+                tick()
+
+            run_continuous(queue, limit, start=self._start, next_turn=self._next_turn,
+                           apply=lambda item, request, action: self._apply(item, request, action, stats),
+                           finish=finish, on_wake=woke)
+        else:
+            self._run_lock_step(queue, limit, stats, finish, tick)
+
+    def _dead_urls(self) -> list[str]:
+        """The base URLs the run's replicated policies have marked down; logged when any are."""
+        distinct = {id(p): p for p in self.policies.values()}.values()
+        dead = sorted({url for p in distinct if capabilities_of(p).replicas for url in p.dead_urls})
+        if dead:
+            logger.warning("%d server(s) were down when the rollout ended: %s", len(dead), ", ".join(dead))
+        return dead
 
     # ------------------------------------------------------------------ internals
     def _start(self, position: int, spec: EpisodeSpec) -> _Live:

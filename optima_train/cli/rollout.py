@@ -132,6 +132,7 @@ def summary_table(records: Sequence[Any], stats: Any, *, title: str) -> Table:
         ("wall time", f"{stats.wall_s:.1f} s"),
         ("infra failures", str(sum(r.infra_failure for r in records))),
         ("scoring errors", str(sum(not r.infra_failure and not r.score_ok for r in records))),
+        ("servers down at the end", ", ".join(stats.dead_urls) or "none"),
     ]
     for key, value in rows:
         table.add_row(key, value)

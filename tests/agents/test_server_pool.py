@@ -418,8 +418,8 @@ class TestPolicyOverReplicas:
             with self.policy(pool) as policy, caplog.at_level("WARNING"):
                 killer = threading.Thread(target=kill_after, args=(policy, victim.pid, 20), daemon=True)
                 killer.start()
-                records = RolloutEngine("synth-hop-ia", policy, env_kwargs={"max_turns": 2}, max_live=8,
-                                        progress=False).run(episode_specs(40))
+                engine = RolloutEngine("synth-hop-ia", policy, env_kwargs={"max_turns": 2}, max_live=8, progress=False)
+                records = engine.run(episode_specs(40))
                 killer.join(timeout=5)
                 stats = {s["url"]: s for s in policy.url_stats()}
                 deadline = time.monotonic() + 5
@@ -432,6 +432,9 @@ class TestPolicyOverReplicas:
             assert stats[victim.base_url]["connection_failures"] >= 1
             assert f"OpenAIPolicy: {victim.base_url} is down" in caplog.text
             assert f"replica 1 ({victim.base_url}) exited with code -9" in caplog.text
+            # the engine reports it too, in its stats and its log
+            assert engine.last_stats.dead_urls == [victim.base_url]
+            assert f"1 server(s) were down when the rollout ended: {victim.base_url}" in caplog.text
 
 
 def kill_after(policy: Any, pid: int, successes: int) -> None:
