@@ -132,9 +132,6 @@ class GRPOTrainSection(TRLTrainSection):
         if self.advantage_eps < 0:
             raise ConfigError(f"train.advantage_eps must be >= 0, got {self.advantage_eps}")
         super().__post_init__()
-        if self.launcher != "inline":
-            raise ConfigError(f"train.launcher={self.launcher!r}: GRPO trains in the loop's own process "
-                              "(its clipped-loss trainer has no distributed step yet); use train.launcher=inline")
 
     def _arguments_class(self) -> tuple[type, str]:
         from optima_train.grpo.grpo_trainer import GRPOArguments

@@ -1,6 +1,6 @@
 """A training step under `accelerate launch` with two processes (gloo on the CPU) trains the same as
-one process: the same loss at every step and the same merged weights (SFT and DPO, LoRA, the
-embedded model; see `trl_glue` for how the loop launches a step).
+one process: the same loss at every step and the same merged weights (SFT, DPO and GRPO's clipped
+policy loss, LoRA, the embedded model; see `trl_glue` for how the loop launches a step).
 
 Two CPU processes come from `accelerate launch --multi_gpu --num_processes 2` with `model.device: cpu`:
 its `--multi_gpu` path starts the ranks with torchrun, and `use_cpu` makes each rank use the CPU and
@@ -42,14 +42,15 @@ def _losses(folder: Path) -> list[float]:
     return [h["loss"] for h in history if "loss" in h]
 
 
-def _compare(one: Path, two: Path, init: Path, steps: int) -> None:
+def _compare(one: Path, two: Path, init: Path, steps: int, *, loss_falls: bool = True) -> None:
     from safetensors.torch import load_file
 
     assert json.loads((two / "launch" / "result.json").read_text())["world_size"] == 2
     a, b = _losses(one), _losses(two)
     assert len(a) == len(b) == steps
     assert b == pytest.approx(a, rel=LOSS_RTOL)
-    assert a[-1] < a[0]  # it trained
+    # it trained (a clipped policy loss starts at 0 with zero-mean advantages, so GRPO shows it in the weights)
+    assert a[-1] < a[0] or not loss_falls
     w1, w2 = load_file(str(one / "checkpoint" / "model.safetensors")), load_file(str(two / "checkpoint" / "model.safetensors"))
     base = load_file(str(init / "model.safetensors"))
     assert w1.keys() == w2.keys() == base.keys()
@@ -97,3 +98,24 @@ def test_dpo_step_two_processes_match_one(embedded_model_dir, tmp_path):
         info = train_dpo(cfg, tmp_path / "pairs.parquet", str(embedded_model_dir), tmp_path / name, seed=3)
         assert info["steps"] == 2 and info["reference"] == "adapter-disabled"
     _compare(tmp_path / "one", tmp_path / "two", embedded_model_dir, steps=2)
+
+
+def test_grpo_step_two_processes_match_one(embedded_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from optima_train.grpo import GRPOConfig
+    from optima_train.grpo.grpo_trainer import train_grpo
+
+    tok = AutoTokenizer.from_pretrained(embedded_model_dir)
+    ids = [tok(f"Alice says the answer to question {i} is {i + 20}, and Bob agrees after checking the facts.")["input_ids"]
+           for i in range(10, 18)]
+    assert len({len(x) for x in ids}) == 1  # equal lengths: per-rank and global token means agree
+    # old log-probs NaN: recomputed by the training model before the first update, on every rank
+    rows = [{"input_ids": x, "loss_mask": [0] * 8 + [1] * (len(x) - 8), "old_logprobs": [float("nan")] * len(x),
+             "advantage": 1.0 if i % 2 else -1.0, "agent": "alice", "episode": i, "cut": False}
+            for i, x in enumerate(ids)]
+    for name, launch in (("one", ONE), ("two", TWO)):
+        cfg = load_config(GRPOConfig, None, [*COMMON, "train.max_steps=2", *launch])
+        info = train_grpo(cfg, rows, str(embedded_model_dir), tmp_path / name, seed=3)
+        assert info["steps"] == 2 and info["lora"] is True
+    _compare(tmp_path / "one", tmp_path / "two", embedded_model_dir, steps=2, loss_falls=False)

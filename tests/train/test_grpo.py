@@ -323,9 +323,9 @@ class TestTinyIteration:
         assert read_json(it / "evaluation" / "metrics.json")["model"] == str(ckpt)
 
 
-def test_grpo_refuses_a_launcher_it_cannot_use():
+def test_grpo_accepts_the_accelerate_launcher():
     from optima_train.config_io import load_config
     from optima_train.grpo import GRPOConfig
 
-    with pytest.raises(ConfigError, match="GRPO trains in the loop's own process"):
-        load_config(GRPOConfig, None, ["train.launcher=accelerate"])
+    cfg = load_config(GRPOConfig, None, ["train.launcher=accelerate", "train.launch_args=[--num_processes, '2']"])
+    assert cfg.train.launcher == "accelerate"
