@@ -89,8 +89,8 @@ def test_a_replica_killed_mid_rollout_loses_no_episode(pool, smollm_tokenizer, c
         # 8 episodes at a time, 48 requests in all: the kill comes after 18 answers, mid-run.
         killer = threading.Thread(target=kill_after, args=(policy, victim.pid, 18), daemon=True)
         killer.start()
-        records = RolloutEngine("synth-hop-ia", policy, env_kwargs={"max_turns": 2}, max_live=8,
-                                progress=False).run(episode_specs(EPISODES))
+        engine = RolloutEngine("synth-hop-ia", policy, env_kwargs={"max_turns": 2}, max_live=8, progress=False)
+        records = engine.run(episode_specs(EPISODES))
         killer.join(timeout=10)
         stats = {s["url"]: s for s in policy.url_stats()}
         deadline = time.monotonic() + 10
@@ -103,7 +103,7 @@ def test_a_replica_killed_mid_rollout_loses_no_episode(pool, smollm_tokenizer, c
     assert sum(s["successes"] for s in stats.values()) == 2 * EPISODES  # every request answered once
     assert stats[survivor.base_url]["successes"] > stats[victim.base_url]["successes"]
     assert stats[victim.base_url]["state"] == "down" and stats[victim.base_url]["connection_failures"] >= 1
-    assert dead_urls == [victim.base_url]
+    assert dead_urls == [victim.base_url] and engine.last_stats.dead_urls == [victim.base_url]
     assert f"OpenAIPolicy: {victim.base_url} is down" in caplog.text
     assert pool.dead_urls == [victim.base_url] and pool.alive_urls == [survivor.base_url]
     assert f"replica 1 ({victim.base_url}) exited with code -9; 1 of 2 replicas still serving" in caplog.text
