@@ -222,7 +222,9 @@ class TestReadabilityScorer:
         assert scorer.computed == 3  # three distinct texts (the duplicate is computed once, the empty one is free)
         # the scored context is the template's generation prompt, derived, not hard-coded
         assert scorer.tokenizer.decode(scorer.prefix_ids) == "<|im_start|>assistant\n"
-        # same value as an independent float32 computation, within bf16 rounding
+        # same value as an independent float32 computation, within bf16 rounding (the scorer runs in
+        # bf16 where the CPU has it, else float32)
+        scored_in = next(scorer.model.parameters()).dtype
         model = scorer.model.to(torch.float32)
         try:
             ids = scorer.prefix_ids + scorer.tokenizer.encode(texts[0], add_special_tokens=False)
@@ -230,7 +232,7 @@ class TestReadabilityScorer:
             with torch.inference_mode():
                 ref = model(input_ids=torch.tensor([ids]), labels=labels).loss.item()
         finally:
-            scorer.model.to(torch.bfloat16)
+            scorer.model.to(scored_in)
         assert losses[0] == pytest.approx(ref, abs=0.1)
         # a second call hits the cache; a new scorer on the same file never recomputes
         assert scorer(texts[:2]) == losses[:2] and scorer.computed == 3
