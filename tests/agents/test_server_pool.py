@@ -352,7 +352,10 @@ class TestLifecycle:
 
 
 _SIGNAL_SCRIPT = textwrap.dedent("""
-    import json, sys
+    import json, signal, sys
+    # A shell without job control starts background commands with SIGINT ignored, and Python then
+    # keeps it ignored; the test is about the pool under Python's usual KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, {root!r})
     from tests.agents.test_server_pool import FakeFactory
     from optima_agents.server_pool import ReplicaPool, ReplicaPoolConfig

@@ -67,11 +67,14 @@ def make_policy(pool: ReplicaPool, tokenizer: Any) -> Any:
 
 
 def test_requests_split_evenly_over_two_replicas(pool, smollm_tokenizer):
+    """Lock step sends each step's turns together, so least-in-flight routing splits them between two
+    equal replicas. (Continuous scheduling sends each turn when its episode is ready, so a replica
+    that answers faster, e.g. one that warmed up first, rightly gets more: that split follows load.)"""
     from optima_agents.rollout import RolloutEngine, episode_specs
 
     with make_policy(pool, smollm_tokenizer) as policy:
-        records = RolloutEngine("synth-hop-ia", policy, env_kwargs={"max_turns": 2}, progress=False).run(
-            episode_specs(EPISODES))
+        records = RolloutEngine("synth-hop-ia", policy, env_kwargs={"max_turns": 2}, progress=False,
+                                scheduling="lock-step").run(episode_specs(EPISODES))
         stats = policy.url_stats()
     assert len(records) == EPISODES and [r.error for r in records if r.infra_failure] == []
     assert all(len(r.turns) == 2 for r in records)
