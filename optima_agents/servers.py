@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from optima_agents.models.dtypes import resolve_dtype_here
-from optima_agents.vllm_cpu_env import engine_env_defaults
+from optima_agents.vllm_cpu_env import engine_env_defaults, is_vllm_cpu
 from optima_envs.errors import OptimaError
 
 __all__ = ["ServerStartError", "VLLMServer", "free_port"]
@@ -115,10 +115,10 @@ class VLLMServer:
             args.append("--enforce-eager")
         if not any(a.startswith(("--kv-cache-memory-bytes", "--gpu-memory-utilization")) for a in extra_args):
             args += ["--kv-cache-memory-bytes", str(int(kv_cache_gib * _GIB))]
-        if _is_vllm_cpu() and not any("chunked-prefill" in a for a in extra_args):
+        if is_vllm_cpu() and not any("chunked-prefill" in a for a in extra_args):
             args.append("--no-enable-chunked-prefill")  # seeded requests + chunked prefill kill vllm-cpu 0.32
         self.args = args
-        defaults = engine_env_defaults(compiled=not enforce_eager) if _is_vllm_cpu() else {}
+        defaults = engine_env_defaults(compiled=not enforce_eager) if is_vllm_cpu() else {}
         self.env = {**defaults, **os.environ, **(env or {})}
         self._own_log = log_path is None  # a temp log is removed by stop(); a given path is kept
         if log_path is None:
@@ -240,17 +240,6 @@ class VLLMServer:
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"VLLMServer({self.served_model_name!r}, {self.base_url}, {state})"
-
-
-def _is_vllm_cpu() -> bool:
-    """True when the installed vLLM is the `vllm-cpu` build."""
-    from importlib import metadata
-
-    try:
-        metadata.version("vllm-cpu")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -25,6 +25,17 @@ RESERVED = "VLLM_CPU_NUM_OF_RESERVED_CPU"
 BIND = "VLLM_CPU_OMP_THREADS_BIND"
 
 
+def is_vllm_cpu() -> bool:
+    """True when the installed vLLM is the `vllm-cpu` build."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def usable_cores() -> list[int]:
     """The cores this process may run on (its affinity mask, which containers and `taskset` narrow)."""
     return sorted(os.sched_getaffinity(0))
