@@ -80,11 +80,15 @@ def run_step(spec: Mapping[str, Any]) -> None:
 
 def _finish(saved: Path, folder: Path, init: str, tokenizer: Any, lora: bool) -> None:
     """Turn what `save_model` wrote into `folder/checkpoint`, a plain HF model folder: the LoRA
-    adapter merged into the starting weights, or the full weights as saved."""
+    adapter merged into the starting weights (and kept in `checkpoint/adapter`), or the full
+    weights as saved."""
     with atomic_dir(folder / "checkpoint") as tmp:
         if lora:
             from peft import PeftModel
 
+            from optima_train.adapter_stack import ADAPTER_DIR
+
+            shutil.copytree(saved, tmp / ADAPTER_DIR)
             _, base = load_for_training(init)
             PeftModel.from_pretrained(base, str(saved)).merge_and_unload().save_pretrained(tmp)
         else:

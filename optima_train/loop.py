@@ -69,7 +69,8 @@ class IterativeTrainer:
         self._policy_factory = policy_factory
         self._reference_loss = reference_loss
         self._on_step_done = on_step_done
-        self._policy: tuple[str, Any] | None = None
+        self._policy: tuple[str, Any] | None = None  # (the weights the engine loaded, its policy)
+        self._weight_swap_logged = False
         self._base_path: str | None = None
         if console is None:
             from rich.console import Console
@@ -297,16 +298,66 @@ class IterativeTrainer:
 
         if self._policy_factory is not None:
             return self._policy_factory(model, sampling)
-        if self._policy is not None and self._policy[0] == model and capabilities_of(self._policy[1]).with_sampling:
-            return self._policy[1].with_sampling(sampling)
+        if self._policy is not None and capabilities_of(self._policy[1]).with_sampling:
+            loaded, policy = self._policy
+            if loaded == model:
+                return policy.with_sampling(sampling)
+            served = self._served_as_adapter(loaded, policy, model)
+            if served is not None:
+                return served.with_sampling(sampling)
         from optima_train.evaluation import build_policy
 
         self.close()  # free the previous model before loading the next
         s = self._sampler
         policy = build_policy(s.backend, model, sampling, dtype=self.config.model.resolved_dtype(), batch_size=s.batch_size,
-                              device=self.config.model.resolved_device(), backend_kwargs=s.backend_kwargs)
+                              device=self.config.model.resolved_device(),
+                              backend_kwargs={**self._engine_lora_options(), **s.backend_kwargs})
         self._policy = (model, policy)
         return policy
+
+    def _planned_training_steps(self) -> int:
+        """Training steps the whole run takes (each adds an adapter to a served stack)."""
+        return int(self.config.run.iterations)
+
+    def _engine_lora_options(self) -> dict[str, Any]:
+        """Engine options for serving this run's adapters (`adapter_stack.engine_lora_options`);
+        the choice is logged with the first engine."""
+        from optima_train.adapter_stack import engine_lora_options
+
+        lora = getattr(self.config, "lora", None)
+        rank = lora.r if lora is not None and lora.enabled else None
+        options, why = engine_lora_options(self.config.model.weight_swap, backend=self._sampler.backend,
+                                           lora_rank=rank, training_steps=self._planned_training_steps(),
+                                           device=self.config.model.resolved_device())
+        if not self._weight_swap_logged:
+            self.console.print(f"[dim]{why}[/]")
+            self._weight_swap_logged = True
+        return options
+
+    def _served_as_adapter(self, loaded: str, policy: Any, model: str) -> Any | None:
+        """`policy` (an engine holding `loaded`) serving `model` through its stacked LoRA adapters,
+        or None (then the engine is replaced), with the reason logged."""
+        import hashlib
+
+        from optima_agents.policies import capabilities_of
+        from optima_train.adapter_stack import adapter_chain, stack_adapters
+
+        if not capabilities_of(policy).adapters or policy.max_adapter_rank == 0:
+            return None
+        chain = adapter_chain(model, loaded)
+        if isinstance(chain, str):
+            self.console.print(f"[yellow]new engine for {model}: {chain}[/]")
+            return None
+        name = hashlib.sha256("\n".join(str(a.resolve()) for a in chain).encode()).hexdigest()[:16]
+        folder = self.run_dir.root / "served_adapters" / name
+        rank = stack_adapters(chain, folder, base=loaded)
+        if rank > policy.max_adapter_rank:
+            self.console.print(f"[yellow]new engine for {model}: its adapter stack has rank {rank}, the running "
+                               f"engine serves at most {policy.max_adapter_rank}[/]")
+            return None
+        self.console.print(f"[dim]{model}: served on the running engine as {len(chain)} stacked adapter(s), "
+                           f"rank {rank}[/]")
+        return policy.with_adapter(folder)
 
     @property
     def reference_loss(self) -> Callable | None:

@@ -204,13 +204,18 @@ def training_args(cfg: Any, folder: Path, *, seed: int) -> dict[str, Any]:
 
 def finish_training(trainer: Any, output: Any, tokenizer: Any, folder: Path) -> list[dict[str, Any]]:
     """Merge the LoRA adapter (if any), save `folder/checkpoint` as a plain HF folder (atomically)
-    and `folder/train.json`; returns TRL's log history."""
+    and `folder/train.json`; returns TRL's log history. The adapter itself is kept in
+    `checkpoint/adapter`, so a running vLLM engine can serve the checkpoint (`adapter_stack`)."""
     from peft import PeftModel
 
+    from optima_train.adapter_stack import ADAPTER_DIR
+
     model = trainer.model
-    trained = model.merge_and_unload() if isinstance(model, PeftModel) else model
     with atomic_dir(folder / "checkpoint") as tmp:
-        trained.save_pretrained(tmp)
+        if isinstance(model, PeftModel):
+            model.save_pretrained(tmp / ADAPTER_DIR)
+            model = model.merge_and_unload()
+        model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     history = trainer.state.log_history
     atomic_write_json(folder / "train.json", {"log_history": history, "metrics": output.metrics})

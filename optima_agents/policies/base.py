@@ -140,6 +140,9 @@ class PolicyCapabilities:
         rollout engine can send each episode's next turn as soon as its previous reply is in.
     replicas: the policy spreads requests over several servers and reports the ones it marked
         down in `dead_urls` (a list of base URLs), which the rollout engine puts in its stats.
+    adapters: `with_adapter(path)` returns a policy sharing this one's engine that generates through
+        a PEFT LoRA adapter folder (None: the engine's own weights); `max_adapter_rank` is the
+        largest rank the engine serves (0: it was started without LoRA support).
     """
 
     with_sampling: bool = False
@@ -147,6 +150,7 @@ class PolicyCapabilities:
     chat_format: bool = False
     submit: bool = False
     replicas: bool = False
+    adapters: bool = False
 
 
 NO_CAPABILITIES = PolicyCapabilities()

@@ -100,7 +100,7 @@ class VLLMPolicy:
         BackendParityError: the self-check found outputs the reference model disagrees with.
     """
 
-    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True, submit=True)
+    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True, submit=True, adapters=True)
 
     def __init__(
         self,
@@ -147,6 +147,8 @@ class VLLMPolicy:
         with _env(engine_env_defaults(compiled=True) if self.on_cpu else {}):
             self.llm = LLM(model=self.model_path, **self.engine_options)
         self._driver = StepDriver(self.llm, threading.Lock())
+        self.lora_request: Any = None  # the LoRA adapter this policy generates with (`with_adapter`)
+        self._lora_ids: dict[str, int] = {}  # adapter path -> vLLM's id for it, shared by every policy of this engine
         self.tokenizer = self.llm.get_tokenizer()
         gen_eos = self.llm.llm_engine.model_config.hf_config.eos_token_id
         gen_eos = gen_eos if isinstance(gen_eos, list) else [gen_eos]
@@ -180,7 +182,7 @@ class VLLMPolicy:
                     batch.append((i, ids, self._params(row_seed(self.sampling.seed, request.seed, self._calls, i))))
             if batch:
                 outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for _, ids, _ in batch],
-                                            [p for _, _, p in batch], use_tqdm=False)
+                                            [p for _, _, p in batch], lora_request=self.lora_request, use_tqdm=False)
                 for (i, ids, params), out in zip(batch, outputs):
                     actions[i] = self._from_output(out, len(ids), params.seed)
         return actions  # type: ignore[return-value]
@@ -213,6 +215,7 @@ class VLLMPolicy:
             "vllm_version": vllm.__version__,
             "device": "cpu" if self.on_cpu else "gpu",
             "verified": self.verified,
+            "adapter": None if self.lora_request is None else self.lora_request.lora_path,
             "sampling": self.sampling.to_dict(),
             "chat_format": self.chat_format.to_dict(),
         }
@@ -222,6 +225,38 @@ class VLLMPolicy:
         other = copy.copy(self)
         other.sampling = sampling
         other._calls = 0
+        return other
+
+    @property
+    def max_adapter_rank(self) -> int:
+        """The largest LoRA rank this engine serves (0: started without `enable_lora`)."""
+        lora = self.llm.llm_engine.vllm_config.lora_config if self.llm is not None else None
+        return 0 if lora is None else int(lora.max_lora_rank)
+
+    def with_adapter(self, adapter: str | Path | None) -> "VLLMPolicy":
+        """A policy sharing this one's engine that generates through the PEFT LoRA adapter folder
+        `adapter` (None: the engine's own weights). vLLM loads an adapter on first use and keeps
+        it cached, so moving to a new one costs no engine restart.
+
+        Raises:
+            ValueError: the engine was started without LoRA (`enable_lora=True, max_lora_rank=...`
+                in the engine options) or `adapter` holds no adapter_config.json.
+        """
+        other = copy.copy(self)
+        other._calls = 0
+        if adapter is None:
+            other.lora_request = None
+            return other
+        if self.max_adapter_rank == 0:
+            raise ValueError("this vLLM engine was started without LoRA; pass enable_lora=True and max_lora_rank "
+                             "to VLLMPolicy to serve adapters")
+        path = str(Path(adapter).resolve())
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise ValueError(f"{adapter} is not a PEFT adapter folder (no adapter_config.json)")
+        from vllm.lora.request import LoRARequest
+
+        lora_id = self._lora_ids.setdefault(path, len(self._lora_ids) + 1)
+        other.lora_request = LoRARequest(f"adapter-{lora_id}", lora_id, path)
         return other
 
     def verify(self, reference: Any = None, *, max_new_tokens: int = 24, prompts: Sequence[Any] | None = None) -> Any:
@@ -284,7 +319,7 @@ class VLLMPolicy:
         from vllm.inputs import TokensPrompt
 
         ids = prompt_ids(request.observation, self.tokenizer, self.chat_format)
-        return self._too_long(ids) or (TokensPrompt(prompt_token_ids=ids), self._params(seed))
+        return self._too_long(ids) or (TokensPrompt(prompt_token_ids=ids), self._params(seed), self.lora_request)
 
     def _from_output(self, out: Any, prompt_len: int, seed: int | None) -> Action:
         """The action of a finished `vllm.RequestOutput`."""

@@ -35,8 +35,8 @@ from optima_agents.policies.base import Action
 
 __all__ = ["DriverClosedError", "Finish", "Prepare", "StepDriver"]
 
-Prepare = Callable[[], "tuple[Any, Any] | Action"]
-"""Builds a request's (prompt, vllm.SamplingParams), or the `Action` that answers it at once
+Prepare = Callable[[], "tuple[Any, Any, Any] | Action"]
+"""Builds a request's (prompt, vllm.SamplingParams, vllm LoRARequest or None), or the `Action` that answers it at once
 (e.g. an error for a prompt too long for the model). Runs on the driver thread."""
 
 Finish = Callable[[Any], Action]
@@ -146,8 +146,8 @@ class StepDriver:
             if isinstance(prepared, Action):
                 job.future.set_result(prepared)
                 return
-            prompt, params = prepared
-            (request_id,) = self.llm.enqueue([prompt], [params], use_tqdm=False)
+            prompt, params, lora = prepared
+            (request_id,) = self.llm.enqueue([prompt], [params], lora_request=lora, use_tqdm=False)
         except Exception as exc:  # noqa: BLE001  (handed to the caller through the future, as `act` would raise it)
             job.future.set_exception(exc)
             return

@@ -89,6 +89,17 @@ class ModelSection:
     device: str = field(default="auto", metadata=_help(
         "Where generation (hf backend), the reference model and training run; auto: cuda when available.",
         choices=["auto", "cpu", "cuda"]))
+    weight_swap: str = field(default="auto", metadata=_help(
+        "How each iteration's trained weights reach a vLLM engine: adapter (its LoRA adapters, stacked, served "
+        "on the running engine: no restart), restart (merged weights, new engine), auto (adapter on GPUs, "
+        "restart on CPUs, where vLLM's LoRA path costs more than a restart).",
+        choices=["auto", "adapter", "restart"]))
+
+    def __post_init__(self) -> None:
+        from optima_train.adapter_stack import WEIGHT_SWAPS
+
+        if self.weight_swap not in WEIGHT_SWAPS:
+            raise ConfigError(f"model.weight_swap must be one of {list(WEIGHT_SWAPS)}, got {self.weight_swap!r}")
 
     def resolved_device(self) -> str:
         if self.device != "auto":

@@ -1,0 +1,155 @@
+"""Stacked LoRA adapters: a chain of LoRA steps (each trained on the previous merge) equals one
+adapter on the starting weights, so a running engine can serve a checkpoint without a restart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from optima_train.adapter_stack import (
+    ADAPTER_DIR,
+    adapter_chain,
+    adapter_scaling,
+    engine_lora_options,
+    stack_adapters,
+    stack_lora_tensors,
+)
+from optima_train.config_io import load_config
+from tests.train.tiny_model import build_tiny_model
+
+KEY = "base_model.model.model.layers.0.self_attn.q_proj"
+
+
+def _random_adapter(rank: int, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {f"{KEY}.lora_A.weight": torch.randn(rank, 6, generator=g),
+            f"{KEY}.lora_B.weight": torch.randn(5, rank, generator=g)}
+
+
+class TestStackTensors:
+    def test_the_stack_is_the_sum_of_the_scaled_deltas(self):
+        one, two = _random_adapter(2, 0), _random_adapter(3, 1)
+        stacked = stack_lora_tensors([(one, 0.5), (two, 4.0)])
+        a, b = stacked[f"{KEY}.lora_A.weight"], stacked[f"{KEY}.lora_B.weight"]
+        assert a.shape == (5, 6) and b.shape == (5, 5)
+        expected = 0.5 * one[f"{KEY}.lora_B.weight"] @ one[f"{KEY}.lora_A.weight"] + \
+            4.0 * two[f"{KEY}.lora_B.weight"] @ two[f"{KEY}.lora_A.weight"]
+        torch.testing.assert_close(b @ a, expected)
+
+    def test_adapters_of_different_modules_are_refused(self):
+        other = {k.replace("q_proj", "k_proj"): v for k, v in _random_adapter(2, 1).items()}
+        with pytest.raises(ValueError, match="adapt different modules"):
+            stack_lora_tensors([(_random_adapter(2, 0), 1.0), (other, 1.0)])
+
+    def test_a_tensor_that_is_not_lora_is_refused(self):
+        with pytest.raises(ValueError, match="neither a LoRA A nor a LoRA B"):
+            stack_lora_tensors([({"base_model.model.lm_head.weight": torch.zeros(2, 2)}, 1.0)])
+
+    def test_scaling_follows_peft(self):
+        assert adapter_scaling({"r": 16, "lora_alpha": 32}) == 2.0
+        assert adapter_scaling({"r": 16, "lora_alpha": 32, "use_rslora": True}) == 8.0
+
+
+def _fake_checkpoint(folder: Path, trained_on: Path | None) -> Path:
+    folder.mkdir(parents=True)
+    if trained_on is not None:
+        (folder / ADAPTER_DIR).mkdir()
+        (folder / ADAPTER_DIR / "adapter_config.json").write_text(
+            json.dumps({"base_model_name_or_path": str(trained_on), "r": 2, "lora_alpha": 4}))
+    return folder
+
+
+class TestChain:
+    def test_walks_back_to_the_engines_weights(self, tmp_path):
+        base = _fake_checkpoint(tmp_path / "base", None)
+        one = _fake_checkpoint(tmp_path / "it0", base)
+        two = _fake_checkpoint(tmp_path / "it1", one)
+        assert adapter_chain(two, base) == [one / ADAPTER_DIR, two / ADAPTER_DIR]
+        assert adapter_chain(two, one) == [two / ADAPTER_DIR]
+        assert adapter_chain(str(base), str(base)) == []
+
+    def test_a_link_without_an_adapter_gives_the_reason(self, tmp_path):
+        base = _fake_checkpoint(tmp_path / "base", None)
+        full = _fake_checkpoint(tmp_path / "full", None)  # full fine-tuning: no adapter
+        two = _fake_checkpoint(tmp_path / "it1", full)
+        reason = adapter_chain(two, base)
+        assert isinstance(reason, str) and str(full) in reason and "no LoRA adapter" in reason
+
+    def test_an_adapter_that_does_not_name_its_base_gives_the_reason(self, tmp_path):
+        base = _fake_checkpoint(tmp_path / "base", None)
+        one = _fake_checkpoint(tmp_path / "it0", base)
+        (one / ADAPTER_DIR / "adapter_config.json").write_text("{}")
+        assert "base_model_name_or_path" in adapter_chain(one, base)
+
+
+class TestEngineOptions:
+    def test_adapters_on_a_gpu_with_room_for_every_step(self):
+        options, why = engine_lora_options("auto", backend="vllm", lora_rank=16, training_steps=3, device="cuda")
+        assert options == {"enable_lora": True, "max_lora_rank": 64, "max_loras": 1} and "no restarts" in why
+
+    @pytest.mark.parametrize("setting, backend, rank, steps, device, said", [
+        ("restart", "vllm", 16, 2, "cuda", "weight_swap=restart"),
+        ("auto", "hf", 16, 2, "cuda", "hf backend"),
+        ("adapter", "vllm", None, 2, "cuda", "full fine-tuning"),
+        ("auto", "vllm", 16, 2, "cpu", "on a CPU"),
+        ("adapter", "vllm", 256, 3, "cuda", "exceeds"),
+    ])
+    def test_otherwise_a_new_engine_and_why(self, setting, backend, rank, steps, device, said):
+        options, why = engine_lora_options(setting, backend=backend, lora_rank=rank, training_steps=steps,
+                                           device=device)
+        assert options == {} and said in why
+
+    def test_adapter_is_honoured_on_a_cpu(self):
+        assert engine_lora_options("adapter", backend="vllm", lora_rank=8, training_steps=2, device="cpu")[0][
+            "max_lora_rank"] == 16
+
+    def test_an_unknown_setting_is_refused(self):
+        with pytest.raises(ValueError, match="weight_swap"):
+            engine_lora_options("hot", backend="vllm", lora_rank=8, training_steps=1, device="cpu")
+
+
+FAST = ["model.device=cpu", "lora.r=2", "lora.alpha=8", "lora.dropout=0.0", "train.max_steps=2",
+        "train.per_device_train_batch_size=2", "train.gradient_accumulation_steps=1", "train.bf16=false",
+        "train.learning_rate=5e-2", "train.lr_scheduler_type=constant", "train.warmup_steps=0",
+        "train.max_length=64", "run.progress=false"]
+
+
+def test_two_lora_steps_served_as_one_stack_match_the_merged_checkpoint(tmp_path):
+    """The real training path (TRL SFT with LoRA, merged): the saved adapters, walked back and
+    stacked on the starting weights, give the second checkpoint's logits."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from optima_train.isft import ISFTConfig
+    from optima_train.isft.isft_trainer import train_sft
+    from optima_train.sft_data import write_sft_dataset
+
+    base = build_tiny_model(tmp_path / "base")
+    tok = AutoTokenizer.from_pretrained(base)
+    rows = []
+    for i in range(4):
+        ids = tok(f"<|user|> what is {i} plus {i} ? <eos> <|assistant|> the answer is <A> {i} </A> <eos>")["input_ids"]
+        rows.append({"input_ids": ids, "assistant_masks": [0] * 8 + [1] * (len(ids) - 8), "messages": [],
+                     "agent": "alice", "episode_id": str(i), "instance_id": str(i)})
+    write_sft_dataset(tmp_path / "sft.parquet", rows)
+    cfg = load_config(ISFTConfig, None, FAST)
+    train_sft(cfg, tmp_path / "sft.parquet", str(base), tmp_path / "it0", seed=0)
+    train_sft(cfg, tmp_path / "sft.parquet", str(tmp_path / "it0" / "checkpoint"), tmp_path / "it1", seed=1)
+    second = tmp_path / "it1" / "checkpoint"
+
+    chain = adapter_chain(second, base)
+    assert chain == [tmp_path / "it0" / "checkpoint" / ADAPTER_DIR, second / ADAPTER_DIR]
+    assert stack_adapters(chain, tmp_path / "stacked", base=base) == 4
+
+    ids = torch.tensor([tok("<|user|> what is 3 plus 3 ? <eos> <|assistant|>")["input_ids"]])
+    merged = AutoModelForCausalLM.from_pretrained(second, dtype=torch.float32).eval()
+    start = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+    served = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+                                       str(tmp_path / "stacked")).eval()
+    with torch.no_grad():
+        want, got, before = merged(ids).logits, served(ids).logits, start(ids).logits
+    assert (want - before).abs().max() > 1e-2  # the two steps changed the model
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
