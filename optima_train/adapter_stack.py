@@ -141,5 +141,7 @@ def engine_lora_options(setting: str, *, backend: str, lora_rank: int | None, tr
     if rank is None:
         return {}, (f"trained weights: merged, new engine each iteration ({training_steps} steps x LoRA rank "
                     f"{lora_rank} = {need} exceeds vLLM's largest adapter rank {VLLM_LORA_RANKS[-1]})")
-    return ({"enable_lora": True, "max_lora_rank": rank, "max_loras": 1},
-            f"trained weights: served as stacked LoRA adapters on one engine (max rank {rank}); no restarts")
+    options: dict[str, Any] = {"enable_lora": True, "max_lora_rank": rank, "max_loras": 1}
+    if device != "cpu":
+        options["enable_sleep_mode"] = True  # the engine sleeps through training steps instead of closing
+    return options, f"trained weights: served as stacked LoRA adapters on one engine (max rank {rank}); no restarts"

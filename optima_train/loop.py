@@ -291,6 +291,19 @@ class IterativeTrainer:
             self._policy[1].close()
         self._policy = None
 
+    def release_for_training(self) -> None:
+        """Free the generation backend's memory before a training step. An engine that serves this
+        run's adapters stays: its weights never change (the next checkpoint reaches it as an
+        adapter). It sleeps through training where it can (vLLM sleep mode on GPUs: weights moved
+        to host memory, KV cache freed) and wakes at the next generation; on a CPU it just waits."""
+        from optima_agents.policies import capabilities_of
+
+        policy = None if self._policy is None else self._policy[1]
+        if policy is not None and capabilities_of(policy).adapters and policy.max_adapter_rank > 0:
+            policy.sleep()
+            return
+        self.close()
+
     def _policy_for(self, model: str, sampling: Any) -> Any:
         """The policy for `model` with `sampling`, reusing the loaded backend when it holds `model`
         and declares `with_sampling`."""
@@ -300,6 +313,8 @@ class IterativeTrainer:
             return self._policy_factory(model, sampling)
         if self._policy is not None and capabilities_of(self._policy[1]).with_sampling:
             loaded, policy = self._policy
+            if capabilities_of(policy).adapters:
+                policy.wake_up()
             if loaded == model:
                 return policy.with_sampling(sampling)
             served = self._served_as_adapter(loaded, policy, model)

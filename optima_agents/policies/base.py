@@ -142,7 +142,8 @@ class PolicyCapabilities:
         down in `dead_urls` (a list of base URLs), which the rollout engine puts in its stats.
     adapters: `with_adapter(path)` returns a policy sharing this one's engine that generates through
         a PEFT LoRA adapter folder (None: the engine's own weights); `max_adapter_rank` is the
-        largest rank the engine serves (0: it was started without LoRA support).
+        largest rank the engine serves (0: it was started without LoRA support); `sleep()` frees
+        the engine's accelerator memory where it can (returns whether it did) until `wake_up()`.
     """
 
     with_sampling: bool = False

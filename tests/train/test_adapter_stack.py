@@ -88,7 +88,8 @@ class TestChain:
 class TestEngineOptions:
     def test_adapters_on_a_gpu_with_room_for_every_step(self):
         options, why = engine_lora_options("auto", backend="vllm", lora_rank=16, training_steps=3, device="cuda")
-        assert options == {"enable_lora": True, "max_lora_rank": 64, "max_loras": 1} and "no restarts" in why
+        assert options == {"enable_lora": True, "max_lora_rank": 64, "max_loras": 1, "enable_sleep_mode": True}
+        assert "no restarts" in why
 
     @pytest.mark.parametrize("setting, backend, rank, steps, device, said", [
         ("restart", "vllm", 16, 2, "cuda", "weight_swap=restart"),
@@ -102,9 +103,9 @@ class TestEngineOptions:
                                            device=device)
         assert options == {} and said in why
 
-    def test_adapter_is_honoured_on_a_cpu(self):
-        assert engine_lora_options("adapter", backend="vllm", lora_rank=8, training_steps=2, device="cpu")[0][
-            "max_lora_rank"] == 16
+    def test_adapter_is_honoured_on_a_cpu_without_sleep_mode(self):
+        options, _ = engine_lora_options("adapter", backend="vllm", lora_rank=8, training_steps=2, device="cpu")
+        assert options == {"enable_lora": True, "max_lora_rank": 16, "max_loras": 1}
 
     def test_an_unknown_setting_is_refused(self):
         with pytest.raises(ValueError, match="weight_swap"):
@@ -153,3 +154,99 @@ def test_two_lora_steps_served_as_one_stack_match_the_merged_checkpoint(tmp_path
         want, got, before = merged(ids).logits, served(ids).logits, start(ids).logits
     assert (want - before).abs().max() > 1e-2  # the two steps changed the model
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+class FakeEngine:
+    """A generation policy that declares adapters, records what the loop does with it."""
+
+    from optima_agents.policies import PolicyCapabilities
+    capabilities = PolicyCapabilities(with_sampling=True, close=True, adapters=True)
+
+    def __init__(self, max_rank: int, *, sleeps: bool = False):
+        self.max_adapter_rank, self.sleeps = max_rank, sleeps
+        self.adapter, self.log = None, []
+
+    def with_sampling(self, sampling):
+        return self
+
+    def with_adapter(self, adapter):
+        import copy
+
+        other = copy.copy(self)
+        other.adapter = adapter
+        return other
+
+    def sleep(self):
+        self.log.append("sleep")
+        return self.sleeps
+
+    def wake_up(self):
+        self.log.append("wake")
+
+    def close(self):
+        self.log.append("close")
+
+
+def _adapter_checkpoint(folder: Path, trained_on: Path, seed: int) -> Path:
+    from safetensors.torch import save_file
+
+    (folder / ADAPTER_DIR).mkdir(parents=True)
+    (folder / ADAPTER_DIR / "adapter_config.json").write_text(json.dumps(
+        {"base_model_name_or_path": str(trained_on), "r": 2, "lora_alpha": 4, "target_modules": ["q_proj"]}))
+    save_file(_random_adapter(2, seed), str(folder / ADAPTER_DIR / "adapter_model.safetensors"))
+    return folder
+
+
+@pytest.fixture
+def trainer(tmp_path):
+    from optima_train.isft import ISFTConfig
+    from optima_train.isft.isft_trainer import ISFTTrainer
+
+    cfg = load_config(ISFTConfig, None, [f"run.output_dir={tmp_path / 'run'}", "model.device=cpu",
+                                          "generation.backend=vllm", "model.weight_swap=adapter", "run.iterations=3"])
+    return ISFTTrainer(cfg)
+
+
+@pytest.fixture
+def lineage(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    one = _adapter_checkpoint(tmp_path / "it0", base, 0)
+    return base, one, _adapter_checkpoint(tmp_path / "it1", one, 1)
+
+
+class TestLoopServesAdapters:
+    def test_a_checkpoint_reaches_the_running_engine_as_its_stack(self, trainer, lineage):
+        base, _, two = lineage
+        engine = FakeEngine(max_rank=8)
+        trainer._policy = (str(base), engine)
+        served = trainer._policy_for(str(two), sampling=None)
+        assert served.adapter is not None and "close" not in engine.log and engine.log == ["wake"]
+        stacked = json.loads((Path(served.adapter) / "adapter_config.json").read_text())
+        assert stacked["r"] == 4 and stacked["base_model_name_or_path"] == str(base)
+        assert trainer._policy == (str(base), engine)  # the engine still holds the starting weights
+
+    def test_a_stack_too_big_for_the_engine_replaces_it(self, trainer, lineage, monkeypatch):
+        import optima_train.evaluation as evaluation
+
+        base, _, two = lineage
+        built = []
+        monkeypatch.setattr(evaluation, "build_policy", lambda backend, model, sampling, **kw: built.append(
+            (model, kw["backend_kwargs"])) or FakeEngine(max_rank=64))
+        old = FakeEngine(max_rank=2)
+        trainer._policy = (str(base), old)
+        trainer._policy_for(str(two), sampling=None)
+        assert "close" in old.log
+        # room for the whole run: lora.r (16) x run.iterations (3) = 48, vLLM's next allowed rank is 64
+        assert built == [(str(two), {"enable_lora": True, "max_lora_rank": 64, "max_loras": 1})]
+
+    def test_an_engine_serving_adapters_waits_through_training(self, trainer):
+        engine = FakeEngine(max_rank=8)
+        trainer._policy = ("base", engine)
+        trainer.release_for_training()
+        assert engine.log == ["sleep"] and trainer._policy is not None
+        plain = FakeEngine(max_rank=0)
+        trainer._policy = ("base", plain)
+        trainer.release_for_training()
+        assert plain.log == ["close"] and trainer._policy is None
