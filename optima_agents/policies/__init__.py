@@ -18,6 +18,7 @@ from optima_agents.policies.base import (
     Policy,
     PolicyCapabilities,
     SamplingParams,
+    SubmittingPolicy,
     TurnRequest,
     capabilities_of,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "PolicyCapabilities",
     "SamplingParams",
     "ScriptedPolicy",
+    "SubmittingPolicy",
     "TurnRequest",
     "VLLMPolicy",
     "backend_names",
