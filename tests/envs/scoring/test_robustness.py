@@ -79,7 +79,8 @@ class TestHugeInputs:
         extract_boxed(text)
         parse_number(text)
         normalize_answer(text)
-        assert time.perf_counter() - started < 3.0  # quadratic behaviour would take minutes
+        # about 0.5 s here; quadratic behaviour would take minutes. The bound leaves room for a loaded machine.
+        assert time.perf_counter() - started < 30.0
 
     def test_answer_after_a_megabyte(self) -> None:
         text = HUGE["answer_at_end"]
