@@ -4,8 +4,8 @@ vLLM's CPU worker binds its OpenMP threads to a list of cores. Left to itself (x
 `VLLM_CPU_OMP_THREADS_BIND=auto`) it also keeps one core per worker off that list for the
 engine-core (scheduler) process. On a large machine that is a small share; on a small one it is
 most of the machine: with 2 cores the worker computes on one. Measured on a 2-core AVX2 machine
-(64 synth-hop-ia episodes, float32, in-process vLLM, one run each; `benchmarks/vllm_cpu_cores.py`
-repeats it): 77.3 tokens/s with no core reserved against 46.5 with vLLM's reserve (1.66x), same tokens.
+(`benchmarks/results/vllm_cpu_cores.json`: 64 synth-hop-ia episodes, float32, in-process vLLM):
+72.3 tokens/s with no core reserved against 43.1 with vLLM's reserve (1.68x), same tokens.
 So on machines with at most `SMALL_MACHINE_CORES` usable cores no core is reserved.
 
 Replicas on one CPU machine (`optima serve --replicas N`) would otherwise all bind the same cores,
