@@ -51,10 +51,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per setting, interleaved")
     args = parser.parse_args()
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in SETTINGS}
-    for _ in range(args.runs):
-        for name, reserved in SETTINGS.items():
-            runs[name].append(one_run(reserved, args))
-            print(name, json.dumps(runs[name][-1]), flush=True)
+    quick = RESULTS / "rollout_throughput_quick.json"
+    kept = quick.read_bytes() if quick.exists() else None  # each run overwrites it; put the user's back
+    try:
+        for _ in range(args.runs):
+            for name, reserved in SETTINGS.items():
+                runs[name].append(one_run(reserved, args))
+                print(name, json.dumps(runs[name][-1]), flush=True)
+    finally:
+        if kept is None:
+            quick.unlink(missing_ok=True)
+        else:
+            quick.write_bytes(kept)
     median = {name: statistics.median(r["tokens_per_s"] for r in rs) for name, rs in runs.items()}
     tokens = {r["generated_tokens"] for rs in runs.values() for r in rs}
     payload = {
