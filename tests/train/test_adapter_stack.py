@@ -18,7 +18,7 @@ from optima_train.adapter_stack import (
     stack_lora_tensors,
 )
 from optima_train.config_io import load_config
-from tests.train.tiny_model import build_tiny_model
+from tests.train.tiny_model import build_tiny_model, write_tiny_sft_data
 
 KEY = "base_model.model.model.layers.0.self_attn.q_proj"
 
@@ -126,16 +126,10 @@ def test_two_lora_steps_served_as_one_stack_match_the_merged_checkpoint(tmp_path
 
     from optima_train.isft import ISFTConfig
     from optima_train.isft.isft_trainer import train_sft
-    from optima_train.sft_data import write_sft_dataset
 
     base = build_tiny_model(tmp_path / "base")
     tok = AutoTokenizer.from_pretrained(base)
-    rows = []
-    for i in range(4):
-        ids = tok(f"<|user|> what is {i} plus {i} ? <eos> <|assistant|> the answer is <A> {i} </A> <eos>")["input_ids"]
-        rows.append({"input_ids": ids, "assistant_masks": [0] * 8 + [1] * (len(ids) - 8), "messages": [],
-                     "agent": "alice", "episode_id": str(i), "instance_id": str(i)})
-    write_sft_dataset(tmp_path / "sft.parquet", rows)
+    write_tiny_sft_data(base, tmp_path / "sft.parquet")
     cfg = load_config(ISFTConfig, None, FAST)
     train_sft(cfg, tmp_path / "sft.parquet", str(base), tmp_path / "it0", seed=0)
     train_sft(cfg, tmp_path / "sft.parquet", str(tmp_path / "it0" / "checkpoint"), tmp_path / "it1", seed=1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from optima_train.config_io import load_config
-from tests.train.tiny_model import build_tiny_model
+from tests.train.tiny_model import build_tiny_model, write_tiny_sft_data
 
 FAST = ["model.device=cpu", "lora.enabled=false", "train.max_steps=2", "train.per_device_train_batch_size=2",
         "train.gradient_accumulation_steps=1", "train.bf16=false", "train.learning_rate=1e-2",
@@ -39,19 +39,10 @@ def _check_full_checkpoint(init: Path, out: Path, info: dict) -> None:
 
 
 def test_sft_full_fine_tuning(tiny, tmp_path):
-    from transformers import AutoTokenizer
-
     from optima_train.isft import ISFTConfig
     from optima_train.isft.isft_trainer import train_sft
-    from optima_train.sft_data import write_sft_dataset
 
-    tok = AutoTokenizer.from_pretrained(tiny)
-    rows = []
-    for i in range(4):
-        ids = tok(f"<|user|> what is {i} plus {i} ? <eos> <|assistant|> the answer is <A> {i} </A> <eos>")["input_ids"]
-        rows.append({"input_ids": ids, "assistant_masks": [0] * 8 + [1] * (len(ids) - 8), "messages": [],
-                     "agent": "alice", "episode_id": str(i), "instance_id": str(i)})
-    write_sft_dataset(tmp_path / "sft.parquet", rows)
+    write_tiny_sft_data(tiny, tmp_path / "sft.parquet")
     cfg = load_config(ISFTConfig, None, FAST)
     info = train_sft(cfg, tmp_path / "sft.parquet", str(tiny), tmp_path / "out", seed=0)
     assert info["steps"] == 2 and info["train_loss"] > 0

@@ -35,3 +35,20 @@ def build_tiny_model(folder: Path, *, seed: int = 0) -> Path:
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def write_tiny_sft_data(model: Path, path: Path, count: int = 4) -> Path:
+    """`count` SFT rows ("what is i plus i ?" -> "the answer is <A> i </A>", loss on the reply) in
+    the tiny tokenizer's ids, written as `optima_train.sft_data` writes them; returns `path`."""
+    from transformers import AutoTokenizer
+
+    from optima_train.sft_data import write_sft_dataset
+
+    tok = AutoTokenizer.from_pretrained(model)
+    rows = []
+    for i in range(count):
+        ids = tok(f"<|user|> what is {i} plus {i} ? <eos> <|assistant|> the answer is <A> {i} </A> <eos>")["input_ids"]
+        rows.append({"input_ids": ids, "assistant_masks": [0] * 8 + [1] * (len(ids) - 8), "messages": [],
+                     "agent": "alice", "episode_id": str(i), "instance_id": str(i)})
+    write_sft_dataset(path, rows)
+    return path
