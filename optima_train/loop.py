@@ -365,7 +365,8 @@ class IterativeTrainer:
             return None
         name = hashlib.sha256("\n".join(str(a.resolve()) for a in chain).encode()).hexdigest()[:16]
         folder = self.run_dir.root / "served_adapters" / name
-        rank = stack_adapters(chain, folder, base=loaded)
+        config = folder / "adapter_config.json"  # named by its chain: written once, reused after
+        rank = read_json(config)["r"] if config.is_file() else stack_adapters(chain, folder, base=loaded)
         if rank > policy.max_adapter_rank:
             self.console.print(f"[yellow]new engine for {model}: its adapter stack has rank {rank}, the running "
                                f"engine serves at most {policy.max_adapter_rank}[/]")
