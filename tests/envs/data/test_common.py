@@ -3,7 +3,6 @@
 import json
 import re
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -200,13 +199,10 @@ class TestSubset:
 
 
 class TestLaziness:
-    def test_make_is_fast_and_reads_nothing(self):
+    def test_make_reads_nothing(self):
         clear_cache()
-        start = time.perf_counter()
         env = optima_envs.make("hotpotqa-ia", data_dir=HOTPOT)
-        elapsed = time.perf_counter() - start
         assert env.task.source._instances is None
-        assert elapsed < 0.5, f"make() took {elapsed:.3f} s"
         first = env.task.source.instances
         assert optima_envs.make("hotpotqa-ia", data_dir=HOTPOT).task.source.instances is first, "not cached"
 
