@@ -26,9 +26,12 @@ the reference implementation's way of generating):
   hf-sequential         transformers, one episode at a time (engine with max_live=1)
   hf-batched            transformers through the lock-step engine (chunked by --batch-size)
 
-bf16 (the default `--dtype`) is the fast path only on CPUs with AMX (DESIGN.md section 4); on a
-CPU without AVX-512 bf16 or AMX it is emulated and far slower than float32, so pass
-`--dtype float32` there (`lscpu | grep -o 'amx[a-z_]*'` tells).
+`--dtype auto` (the default) resolves as the policies do: bf16 where the CPU or GPU runs it
+natively (AMX, AVX-512 bf16, CUDA), float32 where bf16 would be emulated and far slower
+(DESIGN.md section 4); the results record the resolved dtype.
+
+Besides the JSON, a markdown summary (`rollout_throughput.md`) holds the table and the targets
+the paths are held to (`TARGETS`), each marked met or not.
 
 The server and the in-process engine are started once, on first use, with `--kv-cache-gib` of KV
 cache each; vLLM's prefix cache is emptied before every timed run (the server is started with
@@ -63,6 +66,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._results import RESULTS, write_result  # noqa: E402
+from optima_agents.models.dtypes import resolve_dtype_here  # noqa: E402
 
 NAME = "rollout_throughput"
 
@@ -79,7 +83,7 @@ class Workload:
     max_turns: int = 4
     max_new_tokens: int = 64
     model: str = "smollm2-135m"
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     batch_size: int = 64
     threads: int | None = None
     repeats: int = 3
@@ -542,6 +546,43 @@ def ratios(results: dict[str, Any]) -> dict[str, float]:
     return {key: round(tps[a] / tps[b], 3) for key, (a, b) in pairs.items() if tps.get(a) and tps.get(b)}
 
 
+#: (label, numerator path, denominator path or None for an absolute tokens/s, the least allowed value)
+TARGETS = (("engine-vllm tokens/s", "engine-vllm", None, 600.0),
+           ("engine-vllm / reference-style", "engine-vllm", "reference-style", 1.5),
+           ("engine-openai / reference-style", "engine-openai", "reference-style", 1.3),
+           ("engine-vllm / vllm-raw", "engine-vllm", "vllm-raw", 0.9))
+
+
+def markdown(payload: dict[str, Any], *, command: str) -> str:
+    """The results as a table of paths, then each target with its measured value (paths that did
+    not run leave their targets unmeasured)."""
+    w, results = payload["workload"], payload["results"]
+    lines = [f"# Rollout throughput: {w['episodes']} {w['env_id']} episodes", "",
+             f"Made by: `{command}`. {w['model']}, {w['dtype']}, greedy, {w['max_turns']} turns, "
+             f"{w['max_new_tokens']} new tokens per reply, median of {w['repeats']} run(s) per path; "
+             f"{payload['machine']['cpus']} CPUs, load average before {payload['load_average']['before'][0]}.", "",
+             "| path | tokens/s (median) | every run | first episode (s) | last episode (s) | generated tokens "
+             "| peak memory (GiB) | scheduling |", "|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        runs = ", ".join(f"{x:g}" for x in r.get("runs_tokens_per_s", [r["tokens_per_s"]]))
+        first = "–" if r.get("first_episode_s") is None else f"{r['first_episode_s']:.1f}"
+        lines.append(f"| {name} | {r['tokens_per_s']:.1f} | {runs} | {first} | {r['last_episode_s']:.1f} "
+                     f"| {r['generated_tokens']} | {r.get('peak_rss_gib', '–')} | {r.get('scheduling', '–')} |")
+    lines += ["", "| target | measured | least allowed | met |", "|---|---|---|---|"]
+    tps = {name: r["tokens_per_s"] for name, r in results.items()}
+    for label, a, b, least in TARGETS:
+        if a not in tps or (b is not None and b not in tps):
+            lines.append(f"| {label} | not run | {least:g} | – |")
+            continue
+        value = tps[a] if b is None else tps[a] / tps[b]
+        lines.append(f"| {label} | {value:.2f} | {least:g} | {'yes' if value >= least else 'no'} |")
+    same = payload.get("same_transcripts_as")
+    if same:
+        shares = ", ".join(f"{n} {v:.3f}" for n, v in same.items() if n != "path")
+        lines += ["", f"Share of episodes with the same transcript as {same['path']}: {shares}."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default=DEFAULT_PATHS, help=f"comma-separated: {', '.join(PATHS)}")
@@ -561,6 +602,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"unknown backend(s) {unknown}; choose from {list(PATHS)}")
     given = {k: getattr(args, k) for k in asdict(Workload()) if getattr(args, k) is not None}
     w = Workload(**{**(QUICK if args.quick else {}), **given})
+    w = replace(w, dtype=resolve_dtype_here(w.dtype))
 
     previous = {} if args.quick else _previous(w)
     results: dict[str, Any] = dict(previous.get("results", {}))
@@ -593,6 +635,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             n: round(same_transcripts(_RESULTS[anchor].transcripts, r.transcripts), 3)
             for n, r in _RESULTS.items() if n != anchor and r.transcripts}}
     path = write_result(f"{NAME}_quick" if args.quick else NAME, payload)
+    path.with_suffix(".md").write_text(markdown(payload, command=" ".join(["python benchmarks/rollout_throughput.py",
+                                                                    *(sys.argv[1:] if argv is None else argv)])))
     print(json.dumps({k: v for k, v in payload.items() if k != "workload"}, indent=2))
     print(f"wrote {path}")
     return payload
