@@ -51,18 +51,20 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs per setting, interleaved")
     args = parser.parse_args()
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in SETTINGS}
-    quick = RESULTS / "rollout_throughput_quick.json"
-    kept = quick.read_bytes() if quick.exists() else None  # each run overwrites it; put the user's back
+    # each run overwrites the quick rollout results; put the user's back
+    quick = [RESULTS / f"rollout_throughput_quick.{ext}" for ext in ("json", "md")]
+    kept = {path: path.read_bytes() for path in quick if path.exists()}
     try:
         for _ in range(args.runs):
             for name, reserved in SETTINGS.items():
                 runs[name].append(one_run(reserved, args))
                 print(name, json.dumps(runs[name][-1]), flush=True)
     finally:
-        if kept is None:
-            quick.unlink(missing_ok=True)
-        else:
-            quick.write_bytes(kept)
+        for path in quick:
+            if path in kept:
+                path.write_bytes(kept[path])
+            else:
+                path.unlink(missing_ok=True)
     median = {name: statistics.median(r["tokens_per_s"] for r in rs) for name, rs in runs.items()}
     tokens = {r["generated_tokens"] for rs in runs.values() for r in rs}
     payload = {
