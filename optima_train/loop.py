@@ -260,7 +260,7 @@ class IterativeTrainer:
         policy = self._policy_for(model, self._eval_sampling())
         result, records = evaluate(policy, cfg.task.env_id, env_kwargs=self._env_kwargs(cfg.task.eval_kwargs()),
                                    episodes=cfg.eval.episodes, first_index=cfg.task.eval_first_index,
-                                   seed=cfg.run.seed + 1_000_000, options=options, max_live=self._eval_max_live(),
+                                   seed=cfg.eval.seed, options=options, max_live=self._eval_max_live(),
                                    progress=cfg.run.progress, model_name=model)
         write_episodes(folder / "episodes", records, metadata={"writer": self.NAME})
         info = {**result.to_dict(), "options": dict(options or {})}

@@ -230,6 +230,10 @@ class EvalSection:
     baseline: bool = field(default=True, metadata=_help("Also evaluate the starting model before iteration 0."))
     max_new_tokens: int | None = field(default=None, metadata=_help("Per-utterance limit (None: generation's)."))
     every: int = field(default=1, metadata=_help("Evaluate after every this many iterations (the last always)."))
+    seed: int = field(default=1_000_000, metadata=_help(
+        "Reset seed of held-out dialogue 0 (dialogue i: seed+i), which deals its evidence. Independent of "
+        "run.seed, so runs with different seeds, every stage of a run and the leaderboard (same default) play "
+        "the same held-out dialogues."))
 
     def __post_init__(self) -> None:
         if self.episodes < 1 or self.every < 1:

@@ -309,6 +309,21 @@ class TestResumeScripted:
         with pytest.raises(ConfigError, match=re.escape("reward.lambda_loss: 0.0 -> 0.5")):
             ISFTTrainer(changed, policy_factory=scripted_factory(calls)).train()
 
+    def test_held_out_deals_do_not_depend_on_the_run_seed(self, tmp_path):
+        from optima_train.buffers import read_episodes
+
+        def baseline_seeds(run_seed: int, *extra: str) -> list:
+            out = tmp_path / f"seed{run_seed}{len(extra)}"
+            cfg = load_config(ISFTConfig, None, [*tiny_overrides(out), f"run.seed={run_seed}", *extra])
+            trainer = ISFTTrainer(cfg, policy_factory=scripted_factory([]),
+                                  on_step_done=stop_after("baseline", "evaluation"))
+            with pytest.raises(Stop):
+                trainer.train()
+            return [r.seed for r in read_episodes(RunDir(out).step_dir("baseline", "evaluation") / "episodes")]
+
+        assert baseline_seeds(1) == baseline_seeds(2) == [1_000_000, 1_000_001]  # the leaderboard's default
+        assert baseline_seeds(1, "eval.seed=7") == [7, 8]
+
     def test_killed_process_resumes(self, tmp_path):
         out = tmp_path / "run"
         child_script = tmp_path / "child.py"
