@@ -635,7 +635,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             n: round(same_transcripts(_RESULTS[anchor].transcripts, r.transcripts), 3)
             for n, r in _RESULTS.items() if n != anchor and r.transcripts}}
     path = write_result(f"{NAME}_quick" if args.quick else NAME, payload)
-    path.with_suffix(".md").write_text(markdown(payload, command=" ".join(["python benchmarks/rollout_throughput.py",
+    record = json.loads(path.read_text())  # the payload plus the machine it ran on
+    path.with_suffix(".md").write_text(markdown(record, command=" ".join(["python benchmarks/rollout_throughput.py",
                                                                     *(sys.argv[1:] if argv is None else argv)])))
     print(json.dumps({k: v for k, v in payload.items() if k != "workload"}, indent=2))
     print(f"wrote {path}")
