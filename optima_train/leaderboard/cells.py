@@ -24,8 +24,8 @@ from optima_train.evaluation import Interval, bootstrap_interval
 from optima_train.run_dir import atomic_write_json
 
 __all__ = [
-    "Cell", "CellResult", "HeldOut", "ModelSpec", "append_partial", "read_cell", "read_partial", "summarize_outcomes",
-    "system_spec", "write_cell",
+    "Cell", "CellResult", "HeldOut", "ModelSpec", "append_partial", "content_digest", "read_cell", "read_partial",
+    "summarize_outcomes", "system_spec", "write_cell",
 ]
 
 
@@ -47,6 +47,22 @@ class HeldOut:
                 "count": self.count, "seed": self.seed, "first_index": self.first_index}
 
 
+def content_digest(path: Path) -> str:
+    """sha256 of a file's bytes, read once per process for each (file, size, modification time):
+    a board of many cells on one model reads its weights once."""
+    stat = path.stat()
+    return _digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A model on a backend. `label` names it on the board (e.g. "smollm2-135m" or
@@ -60,9 +76,10 @@ class ModelSpec:
     backend_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def fingerprint(self) -> dict[str, Any]:
-        """What identifies the weights: for a local folder, its path and the size and
-        modification time of every weight and config file (a retrained checkpoint at the same
-        path is a new model); otherwise the name as given."""
+        """What identifies the weights: for a local folder, the name, size and content digest of
+        every weight and config file (a retrained checkpoint at the same path is a new model);
+        otherwise the name as given. Not the folder's path or the files' times, so the same
+        weights on another machine, or pulled again, find the cells computed with them."""
         out: dict[str, Any] = {"model": self.model, "backend": self.backend, "dtype": self.dtype,
                                "backend_kwargs": {k: str(v) for k, v in sorted(self.backend_kwargs.items())}}
         from optima_agents.policies.registry import backend_spec
@@ -70,12 +87,13 @@ class ModelSpec:
         if not backend_spec(self.backend).loads_weights:  # a server's weights are its own: its name is all we know
             return out
         from optima_agents.models import resolve_model
+        from optima_agents.models.cache import MANIFEST_NAME  # when and how it was pulled: not the weights
 
         path = Path(resolve_model(self.model))
         if path.is_dir():
-            files = sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".json", ".bin"))
-            out["files"] = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
-            out["path"] = str(path.resolve())
+            files = sorted(p for p in path.iterdir()
+                           if p.suffix in (".safetensors", ".json", ".bin") and p.name != MANIFEST_NAME)
+            out["files"] = [(p.name, p.stat().st_size, content_digest(p)) for p in files]
         return out
 
 

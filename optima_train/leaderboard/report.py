@@ -27,6 +27,9 @@ class Row:
         self.system_name = d["system"]
         self.k = d["settings"].get("k")
         self.model = d["label"]
+        # The precision the weights ran in: a board may hold cells computed before `auto` chose
+        # another dtype for the same model, and those are different measurements.
+        self.dtype = d["model"].get("dtype", "")
         self.score = result.score
         self.tokens = result.tokens
         self.summary = result.summary
@@ -68,12 +71,12 @@ def task_table(rows: Sequence[Row]) -> str:
     """Markdown rows for one task, best score first."""
     front = pareto_front(rows)
     order = sorted(range(len(rows)), key=lambda i: (-_nan0(rows[i].score.mean), _nan0(rows[i].tokens.mean)))
-    lines = ["| system | model | score [95% CI] | tokens / question [95% CI] | answered | scored | infra failures | "
-             "scoring failures | Pareto |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| system | model | dtype | score [95% CI] | tokens / question [95% CI] | answered | scored | "
+             "infra failures | scoring failures | Pareto |", "|---|---|---|---|---|---|---|---|---|---|"]
     for i in order:
         r = rows[i]
         s = r.summary
-        lines.append(f"| {r.system} | {r.model} | {_fmt(r.score.mean)} [{_fmt(r.score.low)}, {_fmt(r.score.high)}] | "
+        lines.append(f"| {r.system} | {r.model} | {r.dtype} | {_fmt(r.score.mean)} [{_fmt(r.score.low)}, {_fmt(r.score.high)}] | "
                      f"{_fmt(r.tokens.mean, '.1f')} [{_fmt(r.tokens.low, '.1f')}, {_fmt(r.tokens.high, '.1f')}] | "
                      f"{r.answered}/{s['questions']} | {s['scored']}/{s['questions']} | {s['infra_failures']} | {s['scoring_failures']} | "
                      f"{'yes' if i in front else ''} |")
@@ -85,15 +88,15 @@ def _nan0(x: float) -> float:
 
 
 def cross_task_table(rows: Sequence[Row], tasks: Sequence[str]) -> str:
-    """One row per system and model, one column per task: `score / tokens`."""
-    cells: dict[tuple[str, str], dict[str, Row]] = defaultdict(dict)
+    """One row per system, model and dtype, one column per task: `score / tokens`."""
+    cells: dict[tuple[str, str, str], dict[str, Row]] = defaultdict(dict)
     for r in rows:
-        cells[r.system, r.model][r.task] = r
-    lines = ["| system | model | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
-    for (system, model), by_task in sorted(cells.items()):
+        cells[r.system, r.model, r.dtype][r.task] = r
+    lines = ["| system | model | dtype | " + " | ".join(tasks) + " |", "|---|---|---|" + "---|" * len(tasks)]
+    for (system, model, dtype), by_task in sorted(cells.items()):
         values = [f"{_fmt(by_task[t].score.mean)} / {_fmt(by_task[t].tokens.mean, '.0f')}" if t in by_task else ""
                   for t in tasks]
-        lines.append(f"| {system} | {model} | " + " | ".join(values) + " |")
+        lines.append(f"| {system} | {model} | {dtype} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
 

@@ -65,7 +65,8 @@ def no_model_files(monkeypatch, request):
 
     if request.node.get_closest_marker("model") is None:
         monkeypatch.setattr(cells.ModelSpec, "fingerprint",  # tuples, as real file lists have
-                            lambda self: {"model": self.model, "backend": self.backend, "files": [("w", 1, 2)]})
+                            lambda self: {"model": self.model, "backend": self.backend, "dtype": self.dtype,
+                                          "files": [("w", 1, 2)]})
 
 
 def test_second_run_computes_nothing(tmp_path, gold):
@@ -116,7 +117,9 @@ def test_reports(tmp_path, gold):
     names = {p.name for p in paths}
     assert {"leaderboard_synth-hop-ia.md", "plot_synth-hop-ia.png", "leaderboard.md", "leaderboard.json"} <= names
     table = (tmp_path / "board" / "leaderboard_synth-hop-ia.md").read_text()
-    assert "| cot | tiny |" in table and "| sc:k=2 | tiny |" in table and "Pareto" in table and "answered" in table
+    dtype = run.results[0].description["model"]["dtype"]
+    assert dtype and f"| cot | tiny | {dtype} |" in table and f"| sc:k=2 | tiny | {dtype} |" in table
+    assert "Pareto" in table and "answered" in table
     assert (tmp_path / "board" / "plot_synth-hop-ia.png").read_bytes()[:4] == b"\x89PNG"
     index = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
     assert len(index["cells"]) == len(run.results)
@@ -137,7 +140,8 @@ def test_separate_calls_share_one_board(tmp_path, gold):
                             policy_factory=lambda m: _Anything(), log=lambda _: None)
     write_reports(arith.results, tmp_path / "board", command="arith call")
     overview = (tmp_path / "board" / "leaderboard.md").read_text()
-    assert "| synth-arith-debate | synth-hop-ia |" in overview
+    assert "| system | model | dtype | synth-arith-debate | synth-hop-ia |" in overview
+    assert f"| mas | tiny | {hop.results[0].description['model']['dtype']} |" in overview
     assert "- synth-hop-ia: `hop call`" in overview and "- synth-arith-debate: `arith call`" in overview
     assert index() == [("synth-arith-debate", "cot", "arith call"), ("synth-hop-ia", "cot", "hop call"),
                        ("synth-hop-ia", "mas", "hop call")]
