@@ -14,7 +14,8 @@ Run directories live under `runs/iteration_time/<commit>/`, so a killed benchmar
 finished steps are not rerun and keep their measured time. Both refs should run on an idle
 machine in one invocation; the figures are one run per ref.
 
-Writes `benchmarks/results/iteration_time.json` and `.md`.
+Writes `benchmarks/results/iteration_time.json` and `.md` (`--name` for another name, e.g. a
+smoke run of `configs/isft/synth_hop_smoke.yaml`).
 """
 
 from __future__ import annotations
@@ -131,12 +132,13 @@ def main() -> None:
     parser.add_argument("--refs", default=f"{BEFORE},HEAD", help="before,after git refs (default: %(default)s)")
     parser.add_argument("--config", default=CONFIG, help="config path, relative to the repository (same at both refs)")
     parser.add_argument("--set", action="append", default=[], dest="overrides", help="section.field=value, both refs")
+    parser.add_argument("--name", default=NAME, help="result file name under benchmarks/results (default: %(default)s)")
     parser.add_argument("--render", action="store_true", help="only rewrite the .md from the saved .json")
     args = parser.parse_args()
     command = "python benchmarks/iteration_time.py " + " ".join(sys.argv[1:])
     if args.render:
-        payload = json.loads((RESULTS / f"{NAME}.json").read_text())
-        (RESULTS / f"{NAME}.md").write_text(markdown(payload, payload["command"]))
+        payload = json.loads((RESULTS / f"{args.name}.json").read_text())
+        (RESULTS / f"{args.name}.md").write_text(markdown(payload, payload["command"]))
         return
     refs = args.refs.split(",")
     if len(refs) != 2:
@@ -144,9 +146,9 @@ def main() -> None:
     runs = [run_ref(ref, args.config, args.overrides) for ref in refs]
     payload = {"command": command, "config": args.config, "overrides": args.overrides, "cpu": cpu(), "runs": runs,
                "ratios": ratios(*runs)}
-    write_result(NAME, payload)
-    (RESULTS / f"{NAME}.md").write_text(markdown({**payload, "machine": machine()}, command))
-    print((RESULTS / f"{NAME}.md").read_text())
+    write_result(args.name, payload)
+    (RESULTS / f"{args.name}.md").write_text(markdown({**payload, "machine": machine()}, command))
+    print((RESULTS / f"{args.name}.md").read_text())
 
 
 if __name__ == "__main__":
