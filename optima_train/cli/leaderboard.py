@@ -13,10 +13,11 @@ resumes. Writes a markdown table and a PNG per task, one table across tasks and 
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import typer
 from rich.console import Console
@@ -24,6 +25,17 @@ from rich.markup import escape
 
 from optima_agents.policies.registry import backend_help
 from optima_envs.errors import ConfigError, OptimaError
+
+
+#: Environment variables that change which data a cell plays, so the command that made it names them.
+DATA_ENV = ("OPTIMA_DATA_DIR",)
+
+
+def made_by(argv: list[str], environ: Mapping[str, str]) -> str:
+    """The command a board row records: the call's arguments, after the data variables it ran with."""
+    args = argv[1:] if argv[:1] == ["leaderboard"] else argv
+    env = [f"{name}={shlex.quote(environ[name])} " for name in DATA_ENV if environ.get(name)]
+    return "".join(env) + "optima leaderboard " + " ".join(shlex.quote(a) for a in args)
 
 
 def _csv(text: str) -> list[str]:
@@ -89,9 +101,6 @@ def leaderboard(
     except OptimaError as error:
         err.print(f"[red]error:[/red] {escape(str(error))}")
         raise typer.Exit(2) from None
-    args = sys.argv[1:]
-    args = args[1:] if args[:1] == ["leaderboard"] else args
-    command = "optima leaderboard " + " ".join(shlex.quote(a) for a in args)
-    paths = write_reports(run.results, out, command=command)
+    paths = write_reports(run.results, out, command=made_by(sys.argv[1:], os.environ))
     console.print(f"[bold]cells[/]: {len(run.computed)} computed, {len(run.derived)} derived (scaling), "
                   f"{len(run.cached)} cached; reports in {out} ({len(paths)} files)")
