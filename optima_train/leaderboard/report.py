@@ -29,7 +29,7 @@ class Row:
         self.model = d["label"]
         # The precision the weights ran in: a board may hold cells computed before `auto` chose
         # another dtype for the same model, and those are different measurements.
-        self.dtype = d["model"].get("dtype", "")
+        self.dtype = d["model"]["dtype"]
         self.score = result.score
         self.tokens = result.tokens
         self.summary = result.summary
