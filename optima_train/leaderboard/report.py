@@ -145,22 +145,24 @@ def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, comm
     """Write `leaderboard_<task>.md` and `plot_<task>.png` for the tasks of `results`, and the
     folder-wide `leaderboard.md` and `leaderboard.json`; returns the paths written.
 
-    The folder is the board: a call's cells replace the rows with the same task, system and
-    model, and the other rows stay (read back from their cell files), each with the command that
-    made it. So one task's rows may come from several calls (baselines from one, trained
+    The folder is the board: a call's cells replace the rows with the same task, system, model
+    and dtype, and the other rows stay (read back from their cell files), each with the command
+    that made it; a model run in another dtype is another measurement, so it gets its own row. So one task's rows may come from several calls (baselines from one, trained
     checkpoints from another) and tasks run separately (200 questions here, 100 there) share one
     cross-task table. A task's table holds one held-out set: rows of that task on another set
     are dropped when a call brings a new one."""
     root = Path(output_dir)
     fresh = [(row, _index_entry(row, root, command)) for row in rows_of(results)]
-    replaced = {(e["task"], e["system"], e["model"]) for _, e in fresh}
+    replaced = {_row_key(row) for row, _ in fresh}
     held = {e["task"]: e["heldout"] for _, e in fresh}
     kept = []
     for entry in _read_index(root):
         path = root / entry["cell"]
-        if (entry["task"], entry["system"], entry["model"]) in replaced or not path.is_file():
+        if not path.is_file():
             continue
         row = Row(read_cell(path))
+        if _row_key(row) in replaced:
+            continue
         entry["heldout"] = row.result.description["heldout"]
         if entry["task"] in held and entry["heldout"] != held[entry["task"]]:
             continue
@@ -190,6 +192,11 @@ def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, comm
     return written
 
 
+def _row_key(row: Row) -> tuple[str, str, str, str]:
+    """What makes two cells the same row of the board."""
+    return row.task, row.system, row.model, row.dtype
+
+
 def _task_header(task: str, rows: Sequence[Row], commands: Sequence[str]) -> str:
     held = rows[0].result.description["heldout"]
     made_by = "Made by: " + "; ".join(f"`{c}`" for c in commands) + "\n\n" if commands else ""
@@ -202,7 +209,7 @@ def _task_header(task: str, rows: Sequence[Row], commands: Sequence[str]) -> str
 
 def _index_entry(row: Row, root: Path, command: str) -> dict:
     path = row.result.path
-    return {"task": row.task, "system": row.system, "model": row.model, "score": row.result.summary["score"],
+    return {"task": row.task, "system": row.system, "model": row.model, "dtype": row.dtype, "score": row.result.summary["score"],
             "tokens": row.result.summary["tokens"],
             "counts": {k: row.summary[k] for k in ("questions", "scored", "infra_failures", "scoring_failures")},
             "cell": str(path.relative_to(root)) if path.is_relative_to(root) else str(path),

@@ -159,6 +159,19 @@ def test_separate_calls_share_one_board(tmp_path, gold):
     assert index() == [("synth-arith-debate", "cot", "arith call"), ("synth-hop-ia", "cot", "hop on 4")]
 
 
+def test_another_dtype_is_another_row(tmp_path, gold):
+    """A rerun of a model in another dtype adds a row beside the old one instead of replacing it."""
+    for dtype in ("bfloat16", "float32", "bfloat16"):
+        run = run_leaderboard(_config(tmp_path, systems=["cot"], dtype=dtype), policy_factory=_factory(gold, []),
+                              log=lambda _: None)
+        write_reports(run.results, tmp_path / "board", command=f"cot in {dtype}")
+    cells = json.loads((tmp_path / "board" / "leaderboard.json").read_text())["cells"]
+    assert sorted((c["dtype"], c["command"]) for c in cells) == [("bfloat16", "cot in bfloat16"),
+                                                                 ("float32", "cot in float32")]
+    table = (tmp_path / "board" / "leaderboard_synth-hop-ia.md").read_text()
+    assert "| cot | tiny | bfloat16 |" in table and "| cot | tiny | float32 |" in table
+
+
 class _Anything:
     """Answers 7 to everything (the arithmetic board only needs some scored reply)."""
 
