@@ -72,18 +72,27 @@ def row_seed(sampling_seed: int | None, request_seed: int | None, call: int, row
     return int(np.random.SeedSequence([int(p) % 2**63 for p in parts]).generate_state(1, np.uint64)[0] >> 1)
 
 
+def request_row_seed(sampling: SamplingParams, request: "TurnRequest", call: int, row: int) -> int:
+    """`row_seed` for one request: its own `sampling_seed` wins over the policy's seed."""
+    base = sampling.seed if request.sampling_seed is None else request.sampling_seed
+    return row_seed(base, request.seed, call, row)
+
+
 @dataclass(frozen=True)
 class TurnRequest:
     """One pending turn: which agent speaks and what it observes.
 
     `seed` individualises sampling per request (e.g. episode seed + turn), so a sampled
     dialogue does not depend on which other requests shared its batch where the backend
-    supports per-request seeds.
+    supports per-request seeds. `sampling_seed`, when set, takes the place of the policy's
+    `SamplingParams.seed` for this request: k sampled copies of one episode then share a batch
+    and still draw exactly what k policies seeded 0..k-1 would draw one after another.
     """
 
     agent: str
     observation: Mapping[str, Any]
     seed: int | None = None
+    sampling_seed: int | None = None
 
 
 @dataclass(frozen=True)

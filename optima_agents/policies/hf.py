@@ -45,7 +45,7 @@ import copy
 from typing import Any, Iterator, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, prompt_ids
-from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, row_seed
+from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, request_row_seed
 from optima_agents.policies.logprobs import align_logprobs
 
 __all__ = ["HFPolicy"]
@@ -147,7 +147,7 @@ class HFPolicy:
             return []
         self._calls += 1
         prompts = [prompt_ids(r.observation, self.tokenizer, self.chat_format) for r in requests]
-        seeds = [row_seed(self.sampling.seed, r.seed, self._calls, i) for i, r in enumerate(requests)]
+        seeds = [request_row_seed(self.sampling, r, self._calls, i) for i, r in enumerate(requests)]
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         actions: list[Action | None] = [None] * len(prompts)
         for start in range(0, len(order), self.batch_size):

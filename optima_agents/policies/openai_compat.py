@@ -51,7 +51,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, chat_messages, clean_output, encode_text
-from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, row_seed
+from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, request_row_seed
 from optima_agents.policies.logprobs import align_logprobs
 from optima_agents.policies.openai_reply import ChatReply, MalformedReplyError, parse_reply
 from optima_agents.policies.routing import ReplicaRouter
@@ -160,14 +160,14 @@ class OpenAIPolicy:
         if not requests:
             return []
         call = self._next_call()
-        seeds = [row_seed(self.sampling.seed, r.seed, call, i) for i, r in enumerate(requests)]
+        seeds = [request_row_seed(self.sampling, r, call, i) for i, r in enumerate(requests)]
         return list(self._pool.map(self._one, requests, seeds))
 
     def submit(self, request: TurnRequest) -> Future[Action]:
         """The action `act([request])` would give, as a future; the request runs on the pool.
 
         Failures resolve the future with an error action, as in `act` (`SubmittingPolicy`)."""
-        seed = row_seed(self.sampling.seed, request.seed, self._next_call(), 0)
+        seed = request_row_seed(self.sampling, request, self._next_call(), 0)
         return self._pool.submit(self._one, request, seed)
 
     @property

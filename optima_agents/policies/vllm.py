@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, prompt_ids
-from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, row_seed
+from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, request_row_seed
 from optima_agents.policies.logprobs import align_logprobs, sampled_logprobs
 from optima_agents.policies.vllm_driver import StepDriver
 from optima_agents.vllm_cpu_env import engine_env_defaults
@@ -180,7 +180,7 @@ class VLLMPolicy:
                 if too_long is not None:
                     actions[i] = too_long
                 else:
-                    batch.append((i, ids, self._params(row_seed(self.sampling.seed, request.seed, self._calls, i))))
+                    batch.append((i, ids, self._params(request_row_seed(self.sampling, request, self._calls, i))))
             if batch:
                 outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for _, ids, _ in batch],
                                             [p for _, _, p in batch], lora_request=self.lora_request, use_tqdm=False)
@@ -194,7 +194,7 @@ class VLLMPolicy:
         if self.llm is None:
             raise RuntimeError("this VLLMPolicy was closed (close() shut its engine down); make a new one")
         self._calls += 1
-        seed = row_seed(self.sampling.seed, request.seed, self._calls, 0)
+        seed = request_row_seed(self.sampling, request, self._calls, 0)
         return self._driver.submit(lambda: self._prepare(request, seed),
                                    lambda out: self._from_output(out, len(out.prompt_token_ids), seed))
 

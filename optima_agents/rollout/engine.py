@@ -82,11 +82,15 @@ class EpisodeSpec:
         seed: the `reset` seed (deals the evidence; picks the instance when `index` is None).
         index: the instance index (`reset(options={"index": ...})`); None: drawn from the seed.
         options: other reset options, e.g. `{"format_instruction": "sample"}`.
+        sampling_seed: replaces the policies' `SamplingParams.seed` for this episode's requests,
+            so k sampled copies of one episode (same `seed`, sampling seeds 0..k-1) run in one
+            batch and draw what k separately seeded policies would. None: the policies' own.
     """
 
     seed: int | None = 0
     index: int | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    sampling_seed: int | None = None
 
     def reset_options(self) -> dict[str, Any]:
         options = dict(self.options)
@@ -292,7 +296,8 @@ class RolloutEngine:
         speaker = next(iter(item.observations.values()))["speaker"]
         observation = item.observations[speaker]
         seed = None if item.spec.seed is None else derive_seed(item.spec.seed, observation["turn"])
-        return self.policies[speaker], TurnRequest(agent=speaker, observation=observation, seed=seed)
+        return self.policies[speaker], TurnRequest(agent=speaker, observation=observation, seed=seed,
+                                                   sampling_seed=item.spec.sampling_seed)
 
     def _step(self, live: list[_Live], stats: RolloutStats) -> list[tuple[_Live, EpisodeRecord]]:
         """One turn of every live episode: one `act` call per distinct policy."""

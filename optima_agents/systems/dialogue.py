@@ -33,14 +33,18 @@ AUTOFORM_INSTRUCTION = ("Communicate in whatever concise format suits the task b
                         "as you can.")
 
 
-def play(context: SystemContext, questions: Sequence[Question], *, temperature: float, policy_seed: int,
-         format_instruction: str | None) -> list[Sample]:
-    """One dialogue per question through the rollout engine, in question order."""
-    policy = context.policy_with(temperature=temperature, seed=policy_seed)
+def play(context: SystemContext, questions: Sequence[Question], *, temperature: float,
+         sampling_seeds: Sequence[int], format_instruction: str | None) -> list[list[Sample]]:
+    """One dialogue per question and sampling seed, all through one rollout engine run (so the
+    engine keeps every dialogue of every sample in flight together); `[sample][question]`."""
+    policy = context.policy_with(temperature=temperature)
     options = {"format_instruction": format_instruction} if format_instruction else {}
-    specs = [EpisodeSpec(seed=q.seed, index=q.index, options=options) for q in questions]
+    specs = [EpisodeSpec(seed=q.seed, index=q.index, options=options, sampling_seed=s)
+             for s in sampling_seeds for q in questions]
     engine = RolloutEngine(context.env_id, policy, env_kwargs=dict(context.env_kwargs), progress=context.progress)
-    return [dialogue_sample(r) for r in engine.run(specs)]
+    samples = [dialogue_sample(r) for r in engine.run(specs)]
+    n = len(questions)
+    return [samples[i * n:(i + 1) * n] for i in range(len(sampling_seeds))]
 
 
 def dialogue_sample(record: Any) -> Sample:
@@ -68,8 +72,8 @@ class Dialogue(System):
         check_temperature(self.name, self.temperature)
 
     def run(self, context: SystemContext) -> list[Outcome]:
-        samples = play(context, context.questions, temperature=self.temperature, policy_seed=0,
-                       format_instruction=self.format_instruction)
+        [samples] = play(context, context.questions, temperature=self.temperature, sampling_seeds=[0],
+                         format_instruction=self.format_instruction)
         return [as_outcome(s, q.position, q.instance.instance_id) for q, s in zip(context.questions, samples)]
 
 
@@ -87,7 +91,8 @@ class AutoForm(Dialogue):
 @dataclass
 class DialogueVote(System):
     """`k` sampled dialogues per question (same question, same evidence deal, different sampling
-    seeds) and a majority vote over their final answers; tokens are summed.
+    seeds) and a majority vote over their final answers; tokens are summed. All k x questions
+    dialogues run in one engine run, each sample with its own sampling seed.
 
     k (int, defaults to 8): dialogues per question.
     temperature (float, defaults to 0.7): sampling temperature.
@@ -107,7 +112,8 @@ class DialogueVote(System):
 
     def run(self, context: SystemContext) -> list[Outcome]:
         questions = context.questions
-        runs = [play(context, questions, temperature=self.temperature, policy_seed=derive_seed(sample),
-                     format_instruction=self.format_instruction) for sample in range(self.k)]
+        runs = play(context, questions, temperature=self.temperature,
+                    sampling_seeds=[derive_seed(sample) for sample in range(self.k)],
+                    format_instruction=self.format_instruction)
         return [majority([run[i] for run in runs], q.position, q.instance.instance_id)
                 for i, q in enumerate(questions)]

@@ -188,6 +188,39 @@ class TestDialogue:
         assert all(len(o.samples) == 3 and o.tokens == 3 * m.tokens for o, m in zip(voted, mas))
 
 
+    def test_mas_sc_plays_its_samples_together_as_separately_seeded_policies_would(self):
+        """All k x questions dialogues share the engine's batches, and each sample draws what a
+        policy seeded with that sample's seed would draw playing alone."""
+        from optima_agents.policies.base import request_row_seed
+        from optima_agents.rollout.engine import EpisodeSpec, RolloutEngine, derive_seed
+
+        class RowSeeded(SeededScript):
+            """Answers the gold when the seed it would sample with is even, else a wrong city."""
+
+            def with_sampling(self, sampling):
+                return RowSeeded(self.fn, sampling, self.log)
+
+            def act(self, requests):
+                self.log.append(len(requests))
+                return [Action(text=f"<A>{self.fn(r.observation, request_row_seed(self.sampling, r, 0, i))}</A>",
+                               token_ids=(1,)) for i, r in enumerate(requests)]
+
+        def fn(obs, seed):
+            return _gold_from_system(obs) if seed % 2 == 0 else "Nowhere"
+
+        batches: list[int] = []
+        context, questions = _context(RowSeeded(fn, log=batches), count=3)
+        voted = make_system("mas-sc:k=4").run(context)
+        assert batches[0] == 4 * 3
+        for sample in range(4):
+            alone = RowSeeded(fn).with_sampling(SamplingParams(temperature=0.7, max_new_tokens=32,
+                                                               seed=derive_seed(sample)))
+            records = RolloutEngine("synth-hop-ia", alone).run([EpisodeSpec(seed=q.seed, index=q.index)
+                                                                for q in questions])
+            assert [o.samples[sample].answer for o in voted] == [r.final_answer for r in records]
+        assert len({o.samples[s].answer for o in voted for s in range(4)}) > 1  # the seeds did differ
+
+
 def _gold_from_system(obs):
     return GOLD[re.search(r"Question: (.*)", obs["system_prompt"]).group(1)]
 
