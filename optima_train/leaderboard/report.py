@@ -163,7 +163,7 @@ def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, comm
         row = Row(read_cell(path))
         if _row_key(row) in replaced:
             continue
-        entry["heldout"] = row.result.description["heldout"]
+        entry["heldout"], entry["dtype"] = row.result.description["heldout"], row.dtype
         if entry["task"] in held and entry["heldout"] != held[entry["task"]]:
             continue
         kept.append((row, entry))
