@@ -223,7 +223,8 @@ class RolloutEngine:
         with ProgressBar(self.progress, len(specs), str(getattr(self.env, "env_id", "rollout"))) as bar:
 
             def finish(item: _Live, record: EpisodeRecord) -> None:
-                record = results[item.position] = _with_policies(record, identities, sampling)
+                record = results[item.position] = _with_policies(record, identities, sampling,
+                                                                 item.spec.sampling_seed)
                 stats.episodes += 1
                 stats.infra_failures += record.infra_failure
                 if stats.first_episode_s is None:
@@ -408,5 +409,10 @@ def _record(env: Any, item: _Live, *, error: str | None = None) -> EpisodeRecord
     )
 
 
-def _with_policies(record: EpisodeRecord, identities: Mapping[str, Any], sampling: Mapping[str, Any]) -> EpisodeRecord:
+def _with_policies(record: EpisodeRecord, identities: Mapping[str, Any], sampling: Mapping[str, Any],
+                   sampling_seed: int | None) -> EpisodeRecord:
+    """The record with its policies and the sampling it was played with: an episode's own
+    `sampling_seed` stands in the place of each policy's seed, so the record can be replayed."""
+    if sampling_seed is not None:
+        sampling = {agent: {**settings, "seed": sampling_seed} for agent, settings in sampling.items()}
     return replace(record, policies=_jsonable(identities), sampling=_jsonable(sampling))

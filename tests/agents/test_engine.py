@@ -97,6 +97,12 @@ class TestRecords:
         assert record.policies["alice"]["backend"] == "scripted" and record.sampling["bob"]["temperature"] == 0.0
         assert EpisodeRecord.from_dict(record.to_dict()) == record
 
+    def test_record_carries_the_sampling_seed_its_episode_was_played_with(self):
+        specs = [EpisodeSpec(seed=3, index=9), EpisodeSpec(seed=3, index=9, sampling_seed=5)]
+        policy_seed, own_seed = RolloutEngine("synth-hop-ia", oracle(specs=specs), progress=False).run(specs)
+        assert policy_seed.sampling["alice"]["seed"] != 5
+        assert own_seed.sampling["alice"]["seed"] == own_seed.sampling["bob"]["seed"] == 5
+
     def test_three_agents(self):
         records = rollout("synth-hop-ia", chatter("x"), 2, env_kwargs={"num_agents": 3, "max_turns": 6},
                           progress=False)
