@@ -141,9 +141,12 @@ def plot_task(rows: Sequence[Row], task: str, path: Path) -> None:
     plt.close(fig)
 
 
-def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, command: str = "") -> list[Path]:
-    """Write `leaderboard_<task>.md` and `plot_<task>.png` for the tasks of `results`, and the
-    folder-wide `leaderboard.md` and `leaderboard.json`; returns the paths written.
+def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, command: str = "",
+                  every_task: bool = False) -> list[Path]:
+    """Write `leaderboard_<task>.md` and `plot_<task>.png` for the tasks of `results` (with
+    `every_task`, for every task on the board: e.g. after an entry of `leaderboard.json` was
+    corrected by hand), and the folder-wide `leaderboard.md` and `leaderboard.json`; returns
+    the paths written.
 
     The folder is the board: a call's cells replace the rows with the same task, system, model
     and dtype, and the other rows stay (read back from their cell files), each with the command
@@ -173,14 +176,14 @@ def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, comm
         if entry["command"] and entry["command"] not in commands[entry["task"]]:
             commands[entry["task"]].append(entry["command"])
     written = []
-    for task in sorted(held):
+    tasks = sorted({entry["task"] for _, entry in board})
+    for task in tasks if every_task else sorted(held):
         task_rows = [row for row, entry in board if entry["task"] == task]
         path = root / f"leaderboard_{task}.md"
         atomic_write_text(path, _task_header(task, task_rows, commands[task]) + task_table(task_rows)
                           + f"\n\n![{task}](plot_{task}.png)\n")
         plot_task(task_rows, task, root / f"plot_{task}.png")
         written += [path, root / f"plot_{task}.png"]
-    tasks = sorted({entry["task"] for _, entry in board})
     made_by = "".join(f"- {task}: " + "; ".join(f"`{c}`" for c in commands[task]) + "\n"
                       for task in tasks if commands[task])
     overview = ("# Leaderboard across tasks\n\n" + (f"Made by:\n{made_by}\n" if made_by else "")

@@ -159,6 +159,24 @@ def test_separate_calls_share_one_board(tmp_path, gold):
     assert index() == [("synth-arith-debate", "cot", "arith call"), ("synth-hop-ia", "cot", "hop on 4")]
 
 
+def test_every_task_rerenders_the_board_from_a_corrected_index(tmp_path, gold):
+    """A command corrected by hand in `leaderboard.json` reaches every task's table, not only the
+    tables of the call's own tasks."""
+    hop = run_leaderboard(_config(tmp_path, systems=["cot"]), policy_factory=_factory(gold, []), log=lambda _: None)
+    write_reports(hop.results, tmp_path / "board", command="hop call")
+    index_path = tmp_path / "board" / "leaderboard.json"
+    index = json.loads(index_path.read_text())
+    index["cells"][0]["command"] = "DATA=here hop call"
+    index_path.write_text(json.dumps(index))
+    hop_table = tmp_path / "board" / "leaderboard_synth-hop-ia.md"
+
+    write_reports([], tmp_path / "board")
+    assert "`hop call`" in hop_table.read_text()
+    paths = write_reports([], tmp_path / "board", every_task=True)
+    assert hop_table in paths and "`DATA=here hop call`" in hop_table.read_text()
+    assert "- synth-hop-ia: `DATA=here hop call`" in (tmp_path / "board" / "leaderboard.md").read_text()
+
+
 def test_another_dtype_is_another_row(tmp_path, gold):
     """A rerun of a model in another dtype adds a row beside the old one instead of replacing it."""
     for dtype in ("bfloat16", "float32", "bfloat16"):
