@@ -197,7 +197,8 @@ def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory 
                     questions[where] = heldout_questions(h.env_id, h.env_kwargs, count=h.count, seed=h.seed,
                                                          first_index=h.first_index)
                 log(f"computing {name}")
-                run.results.append(_compute(cell, root, questions[where], policy, config))
+                run.results.append(_compute(cell, root, questions[where], policy, config,
+                                            lambda line, name=name: log(f"  {name}: {line}")))
                 run.computed.append(name)
         finally:
             if policy is not None and capabilities_of(policy).close:
@@ -205,11 +206,15 @@ def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory 
     return run
 
 
-def _compute(cell: Cell, root: Path, questions: list, policy: Any, config: LeaderboardConfig) -> CellResult:
-    """Run one cell chunk by chunk, appending each finished chunk to its partial file."""
+def _compute(cell: Cell, root: Path, questions: list, policy: Any, config: LeaderboardConfig,
+             log: Callable[[str], None]) -> CellResult:
+    """Run one cell chunk by chunk, appending each finished chunk to its partial file and logging
+    it, so an hour-long cell shows how far it is and what a kill would keep."""
     done = read_partial(cell.partial_path(root))
     start = time.perf_counter()
     todo = [q for q in questions if q.position not in done]
+    if done:
+        log(f"resuming: {len(done)} of {len(questions)} questions already in {cell.partial_path(root).name}")
     for first in range(0, len(todo), config.chunk):
         chunk = todo[first:first + config.chunk]
         context = SystemContext(cell.heldout.env_id, cell.heldout.env_kwargs, chunk, policy,
@@ -220,6 +225,7 @@ def _compute(cell: Cell, root: Path, questions: list, policy: Any, config: Leade
                                f"{[o.position for o in outcomes]}, expected {[q.position for q in chunk]}")
         append_partial(cell.partial_path(root), outcomes)
         done.update((o.position, o) for o in outcomes)
+        log(f"{len(done)} of {len(questions)} questions done, {time.perf_counter() - start:.0f} s")
     return write_cell(cell, root, list(done.values()), seconds=time.perf_counter() - start)
 
 

@@ -87,9 +87,13 @@ def test_a_killed_run_resumes_from_its_last_chunk(tmp_path, gold):
     partial = list((tmp_path / "board" / "cells").rglob("*.partial.jsonl"))
     assert len(partial) == 1 and len(partial[0].read_text().splitlines()) == 4  # two chunks of two
     resumed: list[int] = []
+    lines: list[str] = []
     run = run_leaderboard(_config(tmp_path, systems=["cot"]), policy_factory=_factory(gold, resumed),
-                          log=lambda _: None)
+                          log=lines.append)
     assert resumed == [2] and run.results[0].summary["questions"] == 6
+    progress = [line for line in lines if line.startswith("  ")]
+    assert len(progress) == 2 and ": resuming: 4 of 6 questions already in " in progress[0]
+    assert ": 6 of 6 questions done, " in progress[1]
     assert not list((tmp_path / "board" / "cells").rglob("*.partial.jsonl"))
     fresh = run_leaderboard(_config(tmp_path / "fresh", systems=["cot"]), policy_factory=_factory(gold, []),
                             log=lambda _: None)
