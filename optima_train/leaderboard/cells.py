@@ -5,7 +5,7 @@ disk and computes nothing; a killed run resumes inside a cell from its last fini
 Layout under the output folder:
 
     cells/<env id>/<system>/<model label>-<key>.json        a finished cell (summary + outcomes)
-    cells/<env id>/<system>/<model label>-<key>.partial.jsonl  outcomes of finished chunks
+    cells/<env id>/<system>/<model label>-<key>.partial.jsonl  finished chunks: outcomes, seconds
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from optima_train.evaluation import Interval, bootstrap_interval
 from optima_train.run_dir import atomic_write_json
 
 __all__ = [
-    "Cell", "CellResult", "HeldOut", "ModelSpec", "append_partial", "content_digest", "read_cell", "read_partial",
+    "Cell", "CellResult", "HeldOut", "ModelSpec", "Partial", "append_partial", "content_digest", "read_cell", "read_partial",
     "summarize_outcomes", "system_spec", "write_cell",
 ]
 
@@ -156,24 +156,39 @@ def summarize_outcomes(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     }
 
 
-def read_partial(path: Path) -> dict[int, Outcome]:
-    """Outcomes of finished chunks; a line cut off by a kill is ignored (its chunk reruns)."""
-    done: dict[int, Outcome] = {}
+@dataclass
+class Partial:
+    """What a killed cell kept: its finished chunks' outcomes and the seconds they took."""
+
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def read_partial(path: Path) -> Partial:
+    """Outcomes and timings of finished chunks; a line cut off by a kill ends the read (its chunk reruns)."""
+    partial = Partial()
     if not path.exists():
-        return done
+        return partial
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            outcome = Outcome.from_dict(json.loads(line))
-        except (json.JSONDecodeError, TypeError, KeyError):
+            data = json.loads(line)
+            if "chunk_seconds" in data:
+                partial.seconds += float(data["chunk_seconds"])
+                continue
+            outcome = Outcome.from_dict(data)
+        except (json.JSONDecodeError, TypeError, KeyError, ValueError):
             break
-        done[outcome.position] = outcome
-    return done
+        partial.outcomes[outcome.position] = outcome
+    return partial
 
 
-def append_partial(path: Path, outcomes: Sequence[Outcome]) -> None:
+def append_partial(path: Path, outcomes: Sequence[Outcome], *, seconds: float) -> None:
+    """Append one finished chunk, its outcomes then its seconds, in one write, so a resumed cell
+    reports the time of every run that worked on it."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(o.to_dict()) for o in outcomes] + [json.dumps({"chunk_seconds": round(seconds, 1)})]
     with path.open("a", encoding="utf-8") as f:
-        f.write("".join(json.dumps(o.to_dict()) + "\n" for o in outcomes))
+        f.write("".join(line + "\n" for line in lines))
         f.flush()
 
 

@@ -210,23 +210,27 @@ def _compute(cell: Cell, root: Path, questions: list, policy: Any, config: Leade
              log: Callable[[str], None]) -> CellResult:
     """Run one cell chunk by chunk, appending each finished chunk to its partial file and logging
     it, so an hour-long cell shows how far it is and what a kill would keep."""
-    done = read_partial(cell.partial_path(root))
-    start = time.perf_counter()
+    partial = read_partial(cell.partial_path(root))
+    done = partial.outcomes
     todo = [q for q in questions if q.position not in done]
     if done:
         log(f"resuming: {len(done)} of {len(questions)} questions already in {cell.partial_path(root).name}")
+    seconds = partial.seconds
     for first in range(0, len(todo), config.chunk):
         chunk = todo[first:first + config.chunk]
+        start = time.perf_counter()
         context = SystemContext(cell.heldout.env_id, cell.heldout.env_kwargs, chunk, policy,
                                 max_new_tokens=cell.max_new_tokens, progress=config.progress)
         outcomes = cell.system.run(context)
         if [o.position for o in outcomes] != [q.position for q in chunk]:
             raise RuntimeError(f"system {cell.system.name!r} returned outcomes for positions "
                                f"{[o.position for o in outcomes]}, expected {[q.position for q in chunk]}")
-        append_partial(cell.partial_path(root), outcomes)
+        took = time.perf_counter() - start
+        append_partial(cell.partial_path(root), outcomes, seconds=took)
+        seconds += took
         done.update((o.position, o) for o in outcomes)
-        log(f"{len(done)} of {len(questions)} questions done, {time.perf_counter() - start:.0f} s")
-    return write_cell(cell, root, list(done.values()), seconds=time.perf_counter() - start)
+        log(f"{len(done)} of {len(questions)} questions done, {seconds:.0f} s")
+    return write_cell(cell, root, list(done.values()), seconds=seconds)
 
 
 def _prefix_source(cell: Cell, root: Path) -> CellResult | None:

@@ -1,11 +1,13 @@
-"""A cell's model fingerprint: the weights' content, not where they lie or when they were written."""
+"""Leaderboard cells: a model's fingerprint is its weights' content, and a partial cell keeps what a kill left."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
-from optima_train.leaderboard.cells import ModelSpec, content_digest
+from optima_agents.systems import Outcome
+from optima_train.leaderboard.cells import ModelSpec, append_partial, content_digest, read_partial
 
 
 def weights(folder: Path, payload: bytes = b"\x00\x01" * 1000, *, mtime_ns: int | None = None) -> Path:
@@ -45,3 +47,25 @@ def test_a_digest_is_read_once_per_file_version(tmp_path, monkeypatch):
     assert content_digest(path) == digest and opened == []
     os.utime(path, ns=(5, 5))
     assert content_digest(path) == digest and opened == [str(path.resolve())]
+
+
+def _outcome(position: int) -> Outcome:
+    return Outcome(position, f"q{position}", "a", 1.0, True, 10)
+
+
+def test_a_partial_file_keeps_each_chunk_and_its_seconds(tmp_path):
+    path = tmp_path / "cell.partial.jsonl"
+    append_partial(path, [_outcome(0), _outcome(1)], seconds=12.34)
+    append_partial(path, [_outcome(2)], seconds=5.0)
+    partial = read_partial(path)
+    assert sorted(partial.outcomes) == [0, 1, 2] and partial.seconds == 17.3
+
+
+def test_a_line_cut_by_a_kill_ends_the_partial_and_untimed_lines_still_count(tmp_path):
+    path = tmp_path / "cell.partial.jsonl"
+    untimed = [json.dumps(_outcome(i).to_dict()) for i in range(2)]
+    cut = json.dumps(_outcome(2).to_dict())[:40]
+    path.write_text("\n".join(untimed + [cut]) + "\n", encoding="utf-8")
+    partial = read_partial(path)
+    assert sorted(partial.outcomes) == [0, 1] and partial.seconds == 0.0
+    assert read_partial(tmp_path / "missing.partial.jsonl").outcomes == {}

@@ -85,7 +85,13 @@ def test_a_killed_run_resumes_from_its_last_chunk(tmp_path, gold):
         run_leaderboard(_config(tmp_path, systems=["cot"]), policy_factory=_factory(gold, calls, fail_after=2),
                         log=lambda _: None)
     partial = list((tmp_path / "board" / "cells").rglob("*.partial.jsonl"))
-    assert len(partial) == 1 and len(partial[0].read_text().splitlines()) == 4  # two chunks of two
+    lines = partial[0].read_text().splitlines() if len(partial) == 1 else []
+    assert len(lines) == 6  # two chunks of two outcomes, each followed by its seconds
+    timings = [json.loads(line) for line in lines[2::3]]
+    assert all(set(t) == {"chunk_seconds"} for t in timings)
+    # Pretend the killed run was slow: the resumed cell must report that time too.
+    partial[0].write_text("".join(line + "\n" for line in lines[:2] + ['{"chunk_seconds": 600.0}'] + lines[3:5]
+                                  + ['{"chunk_seconds": 60.0}']))
     resumed: list[int] = []
     lines: list[str] = []
     run = run_leaderboard(_config(tmp_path, systems=["cot"]), policy_factory=_factory(gold, resumed),
@@ -95,6 +101,7 @@ def test_a_killed_run_resumes_from_its_last_chunk(tmp_path, gold):
     assert len(progress) == 2 and ": resuming: 4 of 6 questions already in " in progress[0]
     assert ": 6 of 6 questions done, " in progress[1]
     assert not list((tmp_path / "board" / "cells").rglob("*.partial.jsonl"))
+    assert 660.0 <= run.results[0].description["seconds"] < 700.0
     fresh = run_leaderboard(_config(tmp_path / "fresh", systems=["cot"]), policy_factory=_factory(gold, []),
                             log=lambda _: None)
     assert [o.to_dict() for o in fresh.results[0].outcomes] == [o.to_dict() for o in run.results[0].outcomes]
