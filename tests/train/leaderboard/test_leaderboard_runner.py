@@ -8,8 +8,10 @@ import json
 import pytest
 
 from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams
+from optima_envs.core.tokens import default_token_count
 from optima_envs.errors import ConfigError
 from optima_train.leaderboard import LeaderboardConfig, plan_cells, run_leaderboard, write_reports
+from tests.agents.conftest_servers import Reply, completion, stub_server  # noqa: F401  (fixture)
 
 
 class Script:
@@ -285,3 +287,32 @@ def test_the_recorded_command_names_the_data_folder_it_ran_with():
     assert made_by(argv, {"OPTIMA_DATA_DIR": "/data/my sets", "HOME": "/root"}) == (
         "OPTIMA_DATA_DIR='/data/my sets' optima leaderboard --tasks arc-debate --systems mad "
         "--set arc-debate.split=test")
+
+
+def test_an_api_model_takes_part_through_an_openai_compatible_server(tmp_path, stub_server):
+    """An API model (a served name with no local tokenizer) on the board: every request goes to the
+    server under that name, replies without token ids are counted by the env's counter (as every
+    system counts them), and a second call reads the cells back."""
+    from typer.testing import CliRunner
+
+    from optima_train.cli import app
+
+    stub = stub_server(default=Reply(body=completion("<A>Paris</A>")))
+    args = ["leaderboard", "--tasks", "synth-hop-ia", "--systems", "cot,sc:k=2", "--questions", "2",
+            "--model", "api=served-model", "--backend", "openai", "--base-url", stub.base_url,
+            "--max-new-tokens", "8", "--out", str(tmp_path / "board")]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "2 computed, 0 derived (scaling), 0 cached" in first.output
+    assert len(stub.received) == 2 + 2 * 2 and {body["model"] for body in stub.received} == {"served-model"}
+    board = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
+    reply = default_token_count("<A>Paris</A>")  # no ids from the server: the env's counter counts the text
+    assert {c["system"]: c["tokens"]["mean"] for c in board["cells"]} == {"cot": reply, "sc:k=2": 2 * reply}
+    assert all(c["model"] == "api" and c["counts"]["infra_failures"] == 0 for c in board["cells"])
+    cells = [json.loads((tmp_path / "board" / c["cell"]).read_text()) for c in board["cells"]]
+    assert all(c["cell"]["model"]["backend"] == "openai" and c["cell"]["model"]["model"] == "served-model"
+               for c in cells)
+    assert all(o["answer"] == "Paris" for c in cells for o in c["outcomes"])
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0 and "0 computed, 0 derived (scaling), 2 cached" in second.output
+    assert len(stub.received) == 6
