@@ -24,8 +24,8 @@ from optima_train.evaluation import Interval, bootstrap_interval
 from optima_train.run_dir import atomic_write_json
 
 __all__ = [
-    "Cell", "CellResult", "HeldOut", "ModelSpec", "Partial", "append_partial", "content_digest", "read_cell", "read_partial",
-    "summarize_outcomes", "system_spec", "write_cell",
+    "Cell", "CellResult", "HeldOut", "ModelSpec", "Partial", "append_partial", "content_digest", "read_cell",
+    "read_partial", "summarize_outcomes", "system_spec", "write_cell",
 ]
 
 
