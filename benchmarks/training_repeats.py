@@ -7,6 +7,13 @@ the mean over seeds with its spread, against the best untrained baseline on that
 
     python benchmarks/training_repeats.py                     # iSFT, synth-hop experiment, seeds 1,2,3
     python benchmarks/training_repeats.py --seeds 1,2,3,4 --iterations 2
+    python benchmarks/training_repeats.py --method isft-dpo --config configs/isft_dpo/synth_hop_experiment.yaml \
+        --iterations 2 --runs runs/isft_dpo/synth_hop_experiment_seed{seed} \
+        --set model.name=runs/isft/synth_hop_experiment_seed{seed}/iter_000/training/checkpoint \
+        --name training_repeats_isft_dpo_synth_hop         # iSFT-DPO cycles from each seed's iSFT iteration 0
+
+For isft-dpo, `--iterations` counts cycles and every stage of a cycle (its iSFT, then its iDPO)
+is a row; `{seed}` in a `--set` value is replaced by the run's seed.
 
 The board's baselines come from its own command (`optima leaderboard ... --out BOARD`, quoted in
 `BOARD/leaderboard.md`); this script reads them and never recomputes them. Checkpoint cells use
@@ -41,12 +48,29 @@ BASELINES = ("cot", "sc", "mad", "autoform", "mas", "mas-sc")
 def train(method: str, config: str, seed: int, iterations: int, run_dir: Path, sets: Sequence[str]) -> None:
     """One resumable training run (`optima train`); its own evaluation is kept small, since the
     board evaluates every checkpoint on the fixed held-out set."""
+    length = "--cycles" if method == "isft-dpo" else "--iterations"
     cmd = [str(Path(sys.executable).with_name("optima")), "train", method, "--config", config,
-           "--iterations", str(iterations), "--output-dir", str(run_dir), "--set", f"run.seed={seed}",
+           length, str(iterations), "--output-dir", str(run_dir), "--set", f"run.seed={seed}",
            "--set", "eval.baseline=false", "--set", "eval.episodes=20", "--set", "run.progress=false"]
     for item in sets:
-        cmd += ["--set", item]
+        cmd += ["--set", item.replace("{seed}", str(seed))]
     subprocess.run(cmd, cwd=ROOT, check=True)
+
+
+def stage_checkpoints(method: str, run_dir: Path, iterations: int) -> list[tuple[str, str, Path]]:
+    """(label, row name, checkpoint) of every trained stage of a finished run, in training order:
+    one per iteration, or for isft-dpo the last checkpoint of each cycle's iSFT and iDPO stage."""
+    from optima_train.config_io import load_config
+    from optima_train.isft_dpo import ISFTDPOConfig
+    from optima_train.run_dir import RunDir
+
+    if method != "isft-dpo":
+        return [(f"it{it}", f"{method} iteration {it}", RunDir(run_dir).checkpoint(it)) for it in range(iterations)]
+    cycles = load_config(ISFTDPOConfig, run_dir / "config.yaml").cycles
+    last = {"isft": cycles.isft_iterations - 1, "idpo": cycles.idpo_iterations - 1}
+    return [(f"c{c}-{stage}", f"isft-dpo cycle {c}, {stage} stage",
+             RunDir(run_dir / f"cycle_{c:03d}" / stage).checkpoint(last[stage]))
+            for c in range(iterations) for stage in ("isft", "idpo")]
 
 
 def summarize(values: Sequence[float]) -> dict[str, Any]:
@@ -103,18 +127,17 @@ def main() -> None:
     args = parser.parse_args()
 
     from optima_train.leaderboard import LeaderboardConfig, run_leaderboard, write_reports
-    from optima_train.run_dir import RunDir
 
     seeds = [int(s) for s in args.seeds.split(",")]
     if len(seeds) < 2:
         raise SystemExit("a repeated result needs at least two seeds (three or more to report a spread)")
-    models = []
+    models, stages = [], {}
     for seed in seeds:
         run_dir = Path(args.runs.format(seed=seed))
         train(args.method, args.config, seed, args.iterations, run_dir, args.sets)
-        for it in range(args.iterations):
-            checkpoint = RunDir(ROOT / run_dir).checkpoint(it)
-            models.append(f"{args.method}-it{it}-seed{seed}={checkpoint}")
+        for label, name, checkpoint in stage_checkpoints(args.method, ROOT / run_dir, args.iterations):
+            stages[label] = name
+            models.append(f"{args.method}-{label}-seed{seed}={checkpoint}")
     config = LeaderboardConfig(tasks=[TASK], systems=["mas"], models=models, backend="vllm", questions=args.questions,
                                max_new_tokens=args.max_new_tokens, max_turns=args.max_turns, dtype=args.dtype,
                                env_kwargs={TASK: TASK_KWARGS}, output_dir=str(ROOT / args.board))
@@ -125,16 +148,17 @@ def main() -> None:
     index = json.loads((ROOT / args.board / "leaderboard.json").read_text())["cells"]
     best = best_baseline(index, args.base_label)
     rows = []
-    for it in range(args.iterations):
+    for label, name in stages.items():
         cells = [c for c in index if c["system"] == "mas" and c["model"] in
-                 {f"{args.method}-it{it}-seed{seed}" for seed in seeds}]
+                 {f"{args.method}-{label}-seed{seed}" for seed in seeds}]
         score = summarize([c["score"]["mean"] for c in cells])
         tokens = summarize([c["tokens"]["mean"] for c in cells])
-        rows.append({"system": f"{args.method} iteration {it}", "score": score, "tokens": tokens, "cells": cells,
+        rows.append({"system": name, "score": score, "tokens": tokens, "cells": cells,
                      "score_ratio": score["mean"] / best["score"]["mean"] if best["score"]["mean"] else float("nan"),
                      "token_ratio": tokens["mean"] / best["tokens"]["mean"]})
+    unit = "cycle(s)" if args.method == "isft-dpo" else "iteration(s)"
     header = (f"# {args.method} on {TASK} {TASK_KWARGS}, repeated over run seeds {seeds}\n\n"
-              f"Made by: `{command}` (config `{args.config}`, {args.iterations} iteration(s) per run). Each run is "
+              f"Made by: `{command}` (config `{args.config}`, {args.iterations} {unit} per run). Each run is "
               f"evaluated as a `mas` cell of `{args.board}` ({args.questions} held-out questions, "
               f"{args.max_new_tokens} tokens per reply, {args.max_turns} turns, greedy): the same questions and "
               "evidence deals as the baselines.")

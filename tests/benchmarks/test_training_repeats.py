@@ -1,0 +1,37 @@
+"""The repeats benchmark finds every trained stage's checkpoint and aggregates runs over seeds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.training_repeats import stage_checkpoints, summarize
+from optima_train.config_io import dump_config, load_config
+from optima_train.isft_dpo import ISFTDPOConfig
+
+
+def test_an_iterative_run_has_one_checkpoint_per_iteration(tmp_path):
+    stages = stage_checkpoints("isft", tmp_path, 3)
+    assert [(label, name) for label, name, _ in stages] == [
+        ("it0", "isft iteration 0"), ("it1", "isft iteration 1"), ("it2", "isft iteration 2")]
+    assert stages[2][2] == tmp_path / "iter_002" / "training" / "checkpoint"
+
+
+def test_an_isft_dpo_run_has_each_cycles_isft_then_idpo_stage(tmp_path):
+    config = load_config(ISFTDPOConfig, Path("configs/isft_dpo/synth_hop_experiment.yaml"),
+                         ["cycles.isft_iterations=2"])
+    (tmp_path / "config.yaml").write_text(dump_config(config))
+    stages = stage_checkpoints("isft-dpo", tmp_path, 2)
+    assert [label for label, _, _ in stages] == ["c0-isft", "c0-idpo", "c1-isft", "c1-idpo"]
+    assert stages[1][1] == "isft-dpo cycle 0, idpo stage"
+    # The stage's last iteration: the iSFT stage ran two, the iDPO stage one.
+    assert stages[2][2] == tmp_path / "cycle_001" / "isft" / "iter_001" / "training" / "checkpoint"
+    assert stages[3][2] == tmp_path / "cycle_001" / "idpo" / "iter_000" / "training" / "checkpoint"
+
+
+def test_the_spread_over_seeds_is_the_sample_deviation_and_range():
+    s = summarize([0.2, 0.3, 0.4])
+    assert s["mean"] == pytest.approx(0.3)
+    assert s["std"] == pytest.approx(0.1)
+    assert (s["min"], s["max"], s["runs"]) == (0.2, 0.4, [0.2, 0.3, 0.4])
