@@ -79,12 +79,14 @@ def summarize(values: Sequence[float]) -> dict[str, Any]:
             "min": min(values), "max": max(values), "runs": list(values)}
 
 
-def best_baseline(index: Sequence[dict[str, Any]], base_label: str) -> dict[str, Any]:
-    """The highest-scoring untrained baseline cell of the board's task (ties: fewer tokens)."""
-    rows = [c for c in index if c["task"] == TASK and c["model"] == base_label
+def best_baseline(index: Sequence[dict[str, Any]], base_label: str, dtype: str) -> dict[str, Any]:
+    """The highest-scoring untrained baseline cell of the board's task run in `dtype` (ties: fewer
+    tokens): trained and untrained rows compare at one precision."""
+    rows = [c for c in index if c["task"] == TASK and c["model"] == base_label and c["dtype"] == dtype
             and c["system"].split(":")[0] in BASELINES]
     if not rows:
-        raise SystemExit(f"the board has no baseline cells for model {base_label!r}: run its leaderboard first")
+        raise SystemExit(f"the board has no {dtype} baseline cells for model {base_label!r}: run its leaderboard "
+                         f"(`optima leaderboard --tasks {TASK} ... --dtype {dtype}`) first")
     return max(rows, key=lambda c: (c["score"]["mean"], -c["tokens"]["mean"]))
 
 
@@ -146,10 +148,10 @@ def main() -> None:
     write_reports(run.results, ROOT / args.board, command=command)
 
     index = json.loads((ROOT / args.board / "leaderboard.json").read_text())["cells"]
-    best = best_baseline(index, args.base_label)
+    best = best_baseline(index, args.base_label, config.model_specs()[0].dtype)
     rows = []
     for label, name in stages.items():
-        cells = [c for c in index if c["system"] == "mas" and c["model"] in
+        cells = [c for c in index if c["system"] == "mas" and c["dtype"] == best["dtype"] and c["model"] in
                  {f"{args.method}-{label}-seed{seed}" for seed in seeds}]
         score = summarize([c["score"]["mean"] for c in cells])
         tokens = summarize([c["tokens"]["mean"] for c in cells])
@@ -160,8 +162,8 @@ def main() -> None:
     header = (f"# {args.method} on {TASK} {TASK_KWARGS}, repeated over run seeds {seeds}\n\n"
               f"Made by: `{command}` (config `{args.config}`, {args.iterations} {unit} per run). Each run is "
               f"evaluated as a `mas` cell of `{args.board}` ({args.questions} held-out questions, "
-              f"{args.max_new_tokens} tokens per reply, {args.max_turns} turns, greedy): the same questions and "
-              "evidence deals as the baselines.")
+              f"{args.max_new_tokens} tokens per reply, {args.max_turns} turns, greedy, {best['dtype']}): the same "
+              "questions, evidence deals and precision as the baselines.")
     (RESULTS / f"{args.name}.md").write_text(report(rows, best, header))
     write_result(args.name, {"command": command, "config": args.config, "seeds": seeds, "task": TASK,
                              "task_kwargs": TASK_KWARGS, "board": args.board, "best_baseline": best, "rows": rows})

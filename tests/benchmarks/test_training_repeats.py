@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.training_repeats import stage_checkpoints, summarize
+from benchmarks.training_repeats import best_baseline, stage_checkpoints, summarize
 from optima_train.config_io import dump_config, load_config
 from optima_train.isft_dpo import ISFTDPOConfig
 
@@ -35,3 +35,19 @@ def test_the_spread_over_seeds_is_the_sample_deviation_and_range():
     assert s["mean"] == pytest.approx(0.3)
     assert s["std"] == pytest.approx(0.1)
     assert (s["min"], s["max"], s["runs"]) == (0.2, 0.4, [0.2, 0.3, 0.4])
+
+
+def _cell(system, score, tokens, dtype, model="smollm2-135m", task="synth-hop-ia"):
+    return {"task": task, "system": system, "model": model, "dtype": dtype,
+            "score": {"mean": score}, "tokens": {"mean": tokens}}
+
+
+def test_the_best_baseline_is_taken_at_the_trained_rows_precision():
+    index = [_cell("sc:k=8", 0.09, 415.0, "bfloat16"), _cell("sc:k=8", 0.07, 400.0, "float32"),
+             _cell("cot", 0.07, 50.0, "float32"), _cell("mas", 0.30, 60.0, "float32", model="isft-it0-seed1"),
+             _cell("sc:k=8", 0.50, 10.0, "float32", task="hotpotqa-ia")]
+    # The tie at 0.07 goes to fewer tokens; bf16 rows, trained rows and other tasks are not candidates.
+    assert best_baseline(index, "smollm2-135m", "float32")["system"] == "cot"
+    assert best_baseline(index, "smollm2-135m", "bfloat16")["score"]["mean"] == 0.09
+    with pytest.raises(SystemExit, match="no float16 baseline cells"):
+        best_baseline(index, "smollm2-135m", "float16")
