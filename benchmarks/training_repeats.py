@@ -48,9 +48,11 @@ BASELINES = ("cot", "sc", "mad", "autoform", "mas", "mas-sc")
 def train(method: str, config: str, seed: int, iterations: int, run_dir: Path, sets: Sequence[str]) -> None:
     """One resumable training run (`optima train`); its own evaluation is kept small, since the
     board evaluates every checkpoint on the fixed held-out set."""
-    length = "--cycles" if method == "isft-dpo" else "--iterations"
+    from optima_train.algorithms import algorithm
+
+    length_flag = algorithm(method).count_option[0]  # --iterations, or --cycles for isft-dpo
     cmd = [str(Path(sys.executable).with_name("optima")), "train", method, "--config", config,
-           length, str(iterations), "--output-dir", str(run_dir), "--set", f"run.seed={seed}",
+           length_flag, str(iterations), "--output-dir", str(run_dir), "--set", f"run.seed={seed}",
            "--set", "eval.baseline=false", "--set", "eval.episodes=20", "--set", "run.progress=false"]
     for item in sets:
         cmd += ["--set", item.replace("{seed}", str(seed))]
