@@ -11,9 +11,12 @@ the mean over seeds with its spread, against the best untrained baseline on that
         --iterations 2 --runs runs/isft_dpo/synth_hop_experiment_seed{seed} \
         --set model.name=runs/isft/synth_hop_experiment_seed{seed}/iter_000/training/checkpoint \
         --name training_repeats_isft_dpo_synth_hop         # iSFT-DPO cycles from each seed's iSFT iteration 0
+    python benchmarks/training_repeats.py --iterations 3 --seeds 1,2,3 --on-board 1   # seed 1 already on the board
 
 For isft-dpo, `--iterations` counts cycles and every stage of a cycle (its iSFT, then its iDPO)
-is a row; `{seed}` in a `--set` value is replaced by the run's seed.
+is a row; `{seed}` in a `--set` value is replaced by the run's seed. `--on-board` names seeds whose
+stages are already cells of the board (found by their labels and precision): they are neither
+trained nor evaluated again, so a run whose directory is gone still counts.
 
 The board's baselines come from its own command (`optima leaderboard ... --out BOARD`, quoted in
 `BOARD/leaderboard.md`); this script reads them and never recomputes them. Checkpoint cells use
@@ -75,6 +78,19 @@ def stage_checkpoints(method: str, run_dir: Path, iterations: int) -> list[tuple
             for c in range(iterations) for stage in ("isft", "idpo")]
 
 
+def stage_cells(index: Sequence[dict[str, Any]], method: str, label: str, seeds: Sequence[int],
+                dtype: str) -> list[dict[str, Any]]:
+    """The board's `mas` cell of one stage for every seed, at `dtype`, in seed order; the board
+    holds one row per (task, system, model, dtype), so a stage of a seed has at most one."""
+    found = {c["model"]: c for c in index if c["task"] == TASK and c["system"] == "mas" and c["dtype"] == dtype}
+    wanted = [f"{method}-{label}-seed{seed}" for seed in seeds]
+    missing = [name for name in wanted if name not in found]
+    if missing:
+        raise SystemExit(f"the board has no {dtype} mas cell for {', '.join(missing)}: train and evaluate those "
+                         "seeds here (leave them out of --on-board)")
+    return [found[name] for name in wanted]
+
+
 def summarize(values: Sequence[float]) -> dict[str, Any]:
     """Mean over seeds, sample standard deviation and range (the spread of the runs)."""
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
@@ -119,6 +135,8 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=1)
     parser.add_argument("--runs", default="runs/isft/synth_hop_experiment_seed{seed}",
                         help="Run directory per seed ({seed} is replaced).")
+    parser.add_argument("--on-board", default="",
+                        help="Seeds (of --seeds) whose stages are already on the board: not trained or evaluated again.")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="Extra config override.")
     parser.add_argument("--board", default=BOARD)
     parser.add_argument("--base-label", default="smollm2-135m")
@@ -135,8 +153,15 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     if len(seeds) < 2:
         raise SystemExit("a repeated result needs at least two seeds (three or more to report a spread)")
+    on_board = {int(s) for s in args.on_board.split(",") if s}
+    if not on_board <= set(seeds):
+        raise SystemExit(f"--on-board {sorted(on_board)} names seeds that are not in --seeds {seeds}")
+    if on_board == set(seeds):
+        raise SystemExit("every seed is --on-board: nothing to train; leave at least one out")
     models, stages = [], {}
     for seed in seeds:
+        if seed in on_board:
+            continue
         run_dir = Path(args.runs.format(seed=seed))
         train(args.method, args.config, seed, args.iterations, run_dir, args.sets)
         for label, name, checkpoint in stage_checkpoints(args.method, ROOT / run_dir, args.iterations):
@@ -153,8 +178,7 @@ def main() -> None:
     best = best_baseline(index, args.base_label, config.model_specs()[0].dtype)
     rows = []
     for label, name in stages.items():
-        cells = [c for c in index if c["system"] == "mas" and c["dtype"] == best["dtype"] and c["model"] in
-                 {f"{args.method}-{label}-seed{seed}" for seed in seeds}]
+        cells = stage_cells(index, args.method, label, seeds, best["dtype"])
         score = summarize([c["score"]["mean"] for c in cells])
         tokens = summarize([c["tokens"]["mean"] for c in cells])
         rows.append({"system": name, "score": score, "tokens": tokens, "cells": cells,
@@ -165,7 +189,9 @@ def main() -> None:
               f"Made by: `{command}` (config `{args.config}`, {args.iterations} {unit} per run). Each run is "
               f"evaluated as a `mas` cell of `{args.board}` ({args.questions} held-out questions, "
               f"{args.max_new_tokens} tokens per reply, {args.max_turns} turns, greedy, {best['dtype']}): the same "
-              "questions, evidence deals and precision as the baselines.")
+              "questions, evidence deals and precision as the baselines."
+              + (f" Seed(s) {sorted(on_board)} were trained and evaluated by an earlier call; their cells are read "
+                 f"from the board (`{args.board}/leaderboard.json` names the command of each)." if on_board else ""))
     (RESULTS / f"{args.name}.md").write_text(report(rows, best, header))
     write_result(args.name, {"command": command, "config": args.config, "seeds": seeds, "task": TASK,
                              "task_kwargs": TASK_KWARGS, "board": args.board, "best_baseline": best, "rows": rows})

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.training_repeats import best_baseline, stage_checkpoints, summarize
+from benchmarks.training_repeats import best_baseline, stage_cells, stage_checkpoints, summarize
 from optima_train.config_io import dump_config, load_config
 from optima_train.isft_dpo import ISFTDPOConfig
 
@@ -51,3 +51,15 @@ def test_the_best_baseline_is_taken_at_the_trained_rows_precision():
     assert best_baseline(index, "smollm2-135m", "bfloat16")["score"]["mean"] == 0.09
     with pytest.raises(SystemExit, match="no float16 baseline cells"):
         best_baseline(index, "smollm2-135m", "float16")
+
+
+def test_a_stage_is_read_from_the_board_for_every_seed_at_one_precision():
+    index = [_cell("mas", 0.2, 60.0, "float32", model="isft-it0-seed2"),
+             _cell("mas", 0.1, 80.0, "float32", model="isft-it0-seed1"),
+             _cell("mas", 0.9, 10.0, "bfloat16", model="isft-it0-seed3"),
+             _cell("cot", 0.5, 50.0, "float32", model="isft-it0-seed3")]
+    cells = stage_cells(index, "isft", "it0", [1, 2], "float32")
+    assert [c["score"]["mean"] for c in cells] == [0.1, 0.2]
+    # Seed 3's only mas cell is bf16: a float32 row cannot use it.
+    with pytest.raises(SystemExit, match="no float32 mas cell for isft-it0-seed3"):
+        stage_cells(index, "isft", "it0", [1, 2, 3], "float32")
