@@ -2,7 +2,8 @@
 
 One run is not a result: this trains the same config with several run seeds (each in a fresh run
 directory, resumed if it exists), adds every iteration's checkpoint to a leaderboard as a `mas`
-cell on the same held-out questions as the untrained baselines, and reports each iteration as
+cell on the same held-out questions as the untrained baselines (each seed as soon as its run
+ends, so a chain cut short keeps the seeds it finished), and reports each iteration as
 the mean over seeds with its spread, against the best untrained baseline on that board.
 
     python benchmarks/training_repeats.py                     # iSFT, synth-hop experiment, seeds 1,2,3
@@ -158,21 +159,23 @@ def main() -> None:
         raise SystemExit(f"--on-board {sorted(on_board)} names seeds that are not in --seeds {seeds}")
     if on_board == set(seeds):
         raise SystemExit("every seed is --on-board: nothing to train; leave at least one out")
-    models, stages = [], {}
+    command = "python benchmarks/training_repeats.py " + " ".join(sys.argv[1:])
+    stages: dict[str, str] = {}
     for seed in seeds:
         if seed in on_board:
             continue
         run_dir = Path(args.runs.format(seed=seed))
         train(args.method, args.config, seed, args.iterations, run_dir, args.sets)
+        models = []
         for label, name, checkpoint in stage_checkpoints(args.method, ROOT / run_dir, args.iterations):
             stages[label] = name
             models.append(f"{args.method}-{label}-seed{seed}={checkpoint}")
-    config = LeaderboardConfig(tasks=[TASK], systems=["mas"], models=models, backend="vllm", questions=args.questions,
-                               max_new_tokens=args.max_new_tokens, max_turns=args.max_turns, dtype=args.dtype,
-                               env_kwargs={TASK: TASK_KWARGS}, output_dir=str(ROOT / args.board))
-    run = run_leaderboard(config)
-    command = "python benchmarks/training_repeats.py " + " ".join(sys.argv[1:])
-    write_reports(run.results, ROOT / args.board, command=command)
+        # Each seed goes on the board as soon as it is trained: a chain cut short keeps its cells.
+        config = LeaderboardConfig(tasks=[TASK], systems=["mas"], models=models, backend="vllm",
+                                   questions=args.questions, max_new_tokens=args.max_new_tokens,
+                                   max_turns=args.max_turns, dtype=args.dtype, env_kwargs={TASK: TASK_KWARGS},
+                                   output_dir=str(ROOT / args.board))
+        write_reports(run_leaderboard(config).results, ROOT / args.board, command=command)
 
     index = json.loads((ROOT / args.board / "leaderboard.json").read_text())["cells"]
     best = best_baseline(index, args.base_label, config.model_specs()[0].dtype)
