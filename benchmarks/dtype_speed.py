@@ -5,8 +5,9 @@ natively. This measures what that choice is worth here: the same batch of prompt
 sequences through the transformers model in each dtype, interleaved, median of `--repeats`.
 
     python benchmarks/dtype_speed.py
+    python benchmarks/dtype_speed.py --name dtype_speed_avx512bf16   # another machine, its own file
 
-Writes `benchmarks/results/dtype_speed.json` and `.md`.
+Writes `benchmarks/results/<name>.json` and `.md` (default name `dtype_speed`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--name", default="dtype_speed", help="Result file name (one per machine measured).")
     args = parser.parse_args()
 
     import torch
@@ -64,8 +66,8 @@ def main() -> None:
         "| dtype | seconds per pass | tokens/s |", "|---|---|---|",
         *(f"| {name} | {r['seconds_median']:.3f} | {r['tokens_per_s']:.0f} |" for name, r in rows.items()), "",
         f"float32 is {ratio:.2f}x bf16's speed on this machine.", ""])
-    (RESULTS / "dtype_speed.md").write_text(text)
-    write_result("dtype_speed", {"command": command, "model": args.model, "batch": args.batch, "length": args.length,
+    (RESULTS / f"{args.name}.md").write_text(text)
+    write_result(args.name, {"command": command, "model": args.model, "batch": args.batch, "length": args.length,
                                  "cpu_capability": capability, "native_bf16": cpu_has_native_bf16(),
                                  "torch_threads": torch.get_num_threads(), "dtypes": rows,
                                  "float32_over_bf16": ratio})
