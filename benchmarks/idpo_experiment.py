@@ -169,7 +169,9 @@ def idpo_report(run: Path) -> dict[str, Any]:
 
 
 def isft_dpo_report(run: Path) -> dict[str, Any]:
-    isft = run / "cycle_000" / "isft"
+    from optima_train.isft_dpo import stage_dir
+
+    isft = Path(stage_dir(str(run), 0, "isft"))
     it = isft / "iter_000"
     steps = {s: _done(it / s) for s in ("generation", "scoring", "selection", "training", "evaluation")}
     return {
@@ -180,7 +182,7 @@ def isft_dpo_report(run: Path) -> dict[str, Any]:
             "seconds": {k: v.get("seconds") for k, v in steps.items()},
             "heldout_after": _eval(it / "evaluation"),
         },
-        "idpo": idpo_report(run / "cycle_000" / "idpo"),
+        "idpo": idpo_report(Path(stage_dir(str(run), 0, "idpo"))),
         "heldout_before": _eval(isft / "baseline" / "evaluation"),
     }
 

@@ -67,7 +67,7 @@ def stage_checkpoints(method: str, run_dir: Path, iterations: int) -> list[tuple
     """(label, row name, checkpoint) of every trained stage of a finished run, in training order:
     one per iteration, or for isft-dpo the last checkpoint of each cycle's iSFT and iDPO stage."""
     from optima_train.config_io import load_config
-    from optima_train.isft_dpo import ISFTDPOConfig
+    from optima_train.isft_dpo import ISFTDPOConfig, stage_dir
     from optima_train.run_dir import RunDir
 
     if method != "isft-dpo":
@@ -75,7 +75,7 @@ def stage_checkpoints(method: str, run_dir: Path, iterations: int) -> list[tuple
     cycles = load_config(ISFTDPOConfig, run_dir / "config.yaml").cycles
     last = {"isft": cycles.isft_iterations - 1, "idpo": cycles.idpo_iterations - 1}
     return [(f"c{c}-{stage}", f"isft-dpo cycle {c}, {stage} stage",
-             RunDir(run_dir / f"cycle_{c:03d}" / stage).checkpoint(last[stage]))
+             RunDir(stage_dir(str(run_dir), c, stage)).checkpoint(last[stage]))
             for c in range(iterations) for stage in ("isft", "idpo")]
 
 

@@ -43,7 +43,12 @@ from optima_train.isft.isft_config import (
     TrainSection,
 )
 
-__all__ = ["CycleSection", "ISFTDPOConfig", "ISFTDPORunSection"]
+__all__ = ["CycleSection", "ISFTDPOConfig", "ISFTDPORunSection", "stage_dir"]
+
+
+def stage_dir(output_dir: str, cycle: int, stage: str) -> str:
+    """The run directory of `cycle`'s `stage` ("isft" or "idpo") inside an iSFT-DPO run."""
+    return f"{output_dir}/cycle_{cycle:03d}/{stage}"
 
 
 @dataclass
@@ -126,7 +131,7 @@ class ISFTDPOConfig:
                            "format_pool_first_iteration": self.generation.format_pool_first_iteration and cycle == 0},
             "reward": reward, "selection": d["selection"], "lora": d["lora"], "train": d["sft"],
             "eval": {**d["eval"], "baseline": self.eval.baseline and cycle == 0},
-            "run": {**run, "output_dir": f"{output_dir}/cycle_{cycle:03d}/isft",
+            "run": {**run, "output_dir": stage_dir(output_dir, cycle, "isft"),
                     "iterations": self.cycles.isft_iterations},
         })
 
@@ -138,7 +143,7 @@ class ISFTDPOConfig:
                 "search": {**d["search"], "new_questions_each_iteration": True},
                 "mcts": d["mcts"], "pairs": d["pairs"], "reward": reward, "lora": d["lora"], "train": d["dpo"],
                 "eval": {**d["eval"], "baseline": False},
-                "run": {**run, "output_dir": f"{output_dir}/cycle_{cycle:03d}/idpo",
+                "run": {**run, "output_dir": stage_dir(output_dir, cycle, "idpo"),
                         "iterations": self.cycles.idpo_iterations},
             })
 

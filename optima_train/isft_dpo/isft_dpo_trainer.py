@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 from optima_train.config_io import config_to_dict
 from optima_train.idpo.idpo_trainer import IDPOTrainer
 from optima_train.isft.isft_trainer import ISFTTrainer
-from optima_train.isft_dpo.isft_dpo_config import ISFTDPOConfig
+from optima_train.isft_dpo.isft_dpo_config import ISFTDPOConfig, stage_dir
 from optima_train.loop import log_scalars
 from optima_train.run_dir import RunDir, atomic_write_json
 
@@ -126,7 +126,7 @@ class ISFTDPOTrainer:
                 **{k: summary.get(k) for k in keep}}
 
     def _write_summary(self, rows: list[dict[str, Any]], first_new: int) -> None:
-        baseline_dir = RunDir(self.run_dir.root / "cycle_000" / "isft")
+        baseline_dir = RunDir(stage_dir(str(self.run_dir.root), 0, "isft"))
         baseline = baseline_dir.done_info("baseline", "evaluation") if baseline_dir.is_done("baseline", "evaluation") \
             else None
         atomic_write_json(self.run_dir.summary_path, {"baseline": baseline, "stages": rows})
