@@ -23,7 +23,9 @@ The board's baselines come from its own command (`optima leaderboard ... --out B
 `BOARD/leaderboard.md`); this script reads them and never recomputes them. Checkpoint cells use
 the same held-out set and settings as that board, so they are cached like any cell.
 
-Writes `benchmarks/results/<name>.json` and `.md`.
+Writes `benchmarks/results/<name>.json` and `.md`, and `<name>_seed<N>.json` per run: each
+stage's step times and what it trained on (selected examples, kept DPO pairs), read from the run
+directory as soon as the run ends, so they outlive it.
 """
 
 from __future__ import annotations
@@ -63,20 +65,57 @@ def train(method: str, config: str, seed: int, iterations: int, run_dir: Path, s
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
-def stage_checkpoints(method: str, run_dir: Path, iterations: int) -> list[tuple[str, str, Path]]:
-    """(label, row name, checkpoint) of every trained stage of a finished run, in training order:
-    one per iteration, or for isft-dpo the last checkpoint of each cycle's iSFT and iDPO stage."""
+def run_stages(method: str, run_dir: Path, iterations: int) -> list[tuple[str, str, Any, int]]:
+    """(label, row name, run directory, iteration) of every trained stage of a run, in training
+    order: one per iteration, or for isft-dpo the last iteration of each cycle's iSFT and iDPO stage."""
     from optima_train.config_io import load_config
     from optima_train.isft_dpo import ISFTDPOConfig, stage_dir
     from optima_train.run_dir import RunDir
 
     if method != "isft-dpo":
-        return [(f"it{it}", f"{method} iteration {it}", RunDir(run_dir).checkpoint(it)) for it in range(iterations)]
+        return [(f"it{it}", f"{method} iteration {it}", RunDir(run_dir), it) for it in range(iterations)]
     cycles = load_config(ISFTDPOConfig, run_dir / "config.yaml").cycles
     last = {"isft": cycles.isft_iterations - 1, "idpo": cycles.idpo_iterations - 1}
-    return [(f"c{c}-{stage}", f"isft-dpo cycle {c}, {stage} stage",
-             RunDir(stage_dir(str(run_dir), c, stage)).checkpoint(last[stage]))
-            for c in range(iterations) for stage in ("isft", "idpo")]
+    return [(f"c{c}-{stage}", f"isft-dpo cycle {c}, {stage} stage", RunDir(stage_dir(str(run_dir), c, stage)),
+             last[stage]) for c in range(iterations) for stage in ("isft", "idpo")]
+
+
+def stage_checkpoints(method: str, run_dir: Path, iterations: int) -> list[tuple[str, str, Path]]:
+    """(label, row name, checkpoint) of every trained stage of a finished run, in training order."""
+    return [(label, name, rd.checkpoint(it)) for label, name, rd, it in run_stages(method, run_dir, iterations)]
+
+
+#: What a step's DONE record says about how much it trained on (the rest is bookkeeping).
+FACT_KEYS = ("episodes", "selected", "examples", "trees", "qualifying_pairs", "kept_pairs", "pairs", "steps",
+             "train_loss")
+
+
+#: The order steps run in within an iteration, for the report.
+STEP_ORDER = ("generation", "scoring", "selection", "search", "training", "evaluation")
+
+
+def training_facts(method: str, run_dir: Path, iterations: int) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per stage label, per finished step: its seconds and the counts it trained on (e.g. the kept
+    DPO pairs), read from the run's step records; a step that has not finished is absent."""
+    facts: dict[str, dict[str, dict[str, Any]]] = {}
+    for label, _, rd, it in run_stages(method, run_dir, iterations):
+        steps = {}
+        stage = rd.stage_dir(it)
+        names = [p.name for p in stage.iterdir() if p.is_dir()] if stage.is_dir() else []
+        for step in sorted(names, key=lambda n: (STEP_ORDER.index(n) if n in STEP_ORDER else len(STEP_ORDER), n)):
+            if rd.is_done(it, step):
+                info = rd.done_info(it, step)
+                steps[step] = {"seconds": info.get("seconds"), **{k: info[k] for k in FACT_KEYS if k in info}}
+        facts[label] = steps
+    return facts
+
+
+def facts_line(step: str, info: dict[str, Any]) -> str:
+    """`search 1300 s (trees 720, kept_pairs 125)`: one step of a stage in the report."""
+    counts = ", ".join(f"{k} {info[k]:.3f}" if isinstance(info[k], float) else f"{k} {info[k]}"
+                       for k in FACT_KEYS if k in info)
+    seconds = f" {info['seconds']:.0f} s" if info.get("seconds") is not None else ""
+    return f"{step}{seconds}" + (f" ({counts})" if counts else "")
 
 
 def stage_cells(index: Sequence[dict[str, Any]], method: str, label: str, seeds: Sequence[int],
@@ -109,7 +148,8 @@ def best_baseline(index: Sequence[dict[str, Any]], base_label: str, dtype: str) 
     return max(rows, key=lambda c: (c["score"]["mean"], -c["tokens"]["mean"]))
 
 
-def report(rows: list[dict[str, Any]], best: dict[str, Any], header: str) -> str:
+def report(rows: list[dict[str, Any]], best: dict[str, Any], header: str,
+           facts: dict[int, dict[str, Any] | None] | None = None) -> str:
     lines = [header, "",
              f"Best untrained baseline on the board: `{best['system']}` {best['score']['mean']:.3f} at "
              f"{best['tokens']['mean']:.1f} tokens per question.", "",
@@ -125,7 +165,26 @@ def report(rows: list[dict[str, Any]], best: dict[str, Any], header: str) -> str
         for cell in r["cells"]:
             lines.append(f"- {cell['model']}: {cell['score']['mean']:.3f} [{cell['score']['low']:.3f}, "
                          f"{cell['score']['high']:.3f}] / {cell['tokens']['mean']:.1f}")
+    if facts:
+        lines += ["", "Training per run (seconds per step; what each step trained on):", ""]
+        for seed, stages in facts.items():
+            if stages is None:
+                lines.append(f"- seed {seed}: not recorded (run directory gone and no facts file)")
+                continue
+            for label, steps in stages.items():
+                lines.append(f"- seed {seed}, {label}: " + "; ".join(facts_line(k, v) for k, v in steps.items()))
     return "\n".join(lines) + "\n"
+
+
+def seed_facts(name: str, method: str, run_dir: Path, iterations: int) -> dict[str, Any] | None:
+    """A run's training facts, from its directory when it exists (saved beside the results, so
+    they outlive it), else from the saved file; None when neither is there."""
+    saved = RESULTS / f"{name}.json"
+    if (run_dir / "config.yaml").is_file():
+        facts = training_facts(method, run_dir, iterations)
+        write_result(name, {"run_dir": str(run_dir), "stages": facts})
+        return facts
+    return json.loads(saved.read_text())["stages"] if saved.is_file() else None
 
 
 def main() -> None:
@@ -166,6 +225,7 @@ def main() -> None:
             continue
         run_dir = Path(args.runs.format(seed=seed))
         train(args.method, args.config, seed, args.iterations, run_dir, args.sets)
+        seed_facts(f"{args.name}_seed{seed}", args.method, ROOT / run_dir, args.iterations)
         models = []
         for label, name, checkpoint in stage_checkpoints(args.method, ROOT / run_dir, args.iterations):
             stages[label] = name
@@ -195,9 +255,12 @@ def main() -> None:
               "questions, evidence deals and precision as the baselines."
               + (f" Seed(s) {sorted(on_board)} were trained and evaluated by an earlier call; their cells are read "
                  f"from the board (`{args.board}/leaderboard.json` names the command of each)." if on_board else ""))
-    (RESULTS / f"{args.name}.md").write_text(report(rows, best, header))
+    facts = {seed: seed_facts(f"{args.name}_seed{seed}", args.method, ROOT / args.runs.format(seed=seed),
+                              args.iterations) for seed in seeds}
+    (RESULTS / f"{args.name}.md").write_text(report(rows, best, header, facts))
     write_result(args.name, {"command": command, "config": args.config, "seeds": seeds, "task": TASK,
-                             "task_kwargs": TASK_KWARGS, "board": args.board, "best_baseline": best, "rows": rows})
+                             "task_kwargs": TASK_KWARGS, "board": args.board, "best_baseline": best, "rows": rows,
+                             "training": {str(k): v for k, v in facts.items()}})
     print((RESULTS / f"{args.name}.md").read_text())
 
 

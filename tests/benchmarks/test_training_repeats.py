@@ -63,3 +63,17 @@ def test_a_stage_is_read_from_the_board_for_every_seed_at_one_precision():
     # Seed 3's only mas cell is bf16: a float32 row cannot use it.
     with pytest.raises(SystemExit, match="no float32 mas cell for isft-it0-seed3"):
         stage_cells(index, "isft", "it0", [1, 2, 3], "float32")
+
+
+def test_training_facts_keep_each_finished_steps_seconds_and_counts(tmp_path):
+    from benchmarks.training_repeats import facts_line, training_facts
+    from optima_train.run_dir import RunDir
+
+    run = RunDir(tmp_path)
+    run.begin_step(0, "search")
+    run.mark_done(0, "search", {"seconds": 12.5, "trees": 720, "kept_pairs": 130, "model": "m", "mean_gap": 1.1})
+    run.begin_step(0, "training")  # begun, never finished: not a fact
+    facts = training_facts("idpo", tmp_path, 2)
+    assert facts == {"it0": {"search": {"seconds": 12.5, "trees": 720, "kept_pairs": 130}}, "it1": {}}
+    assert facts_line("search", facts["it0"]["search"]) == "search 12 s (trees 720, kept_pairs 130)"
+    assert facts_line("selection", {"seconds": None, "train_loss": 0.25}) == "selection (train_loss 0.250)"
