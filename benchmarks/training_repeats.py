@@ -182,7 +182,8 @@ def seed_facts(name: str, method: str, run_dir: Path, iterations: int) -> dict[s
     saved = RESULTS / f"{name}.json"
     if (run_dir / "config.yaml").is_file():
         facts = training_facts(method, run_dir, iterations)
-        write_result(name, {"run_dir": str(run_dir), "stages": facts})
+        shown = run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir
+        write_result(name, {"run_dir": str(shown), "stages": facts})
         return facts
     return json.loads(saved.read_text())["stages"] if saved.is_file() else None
 
