@@ -47,8 +47,19 @@ class SearchSection:
     new_questions_each_iteration: bool = field(default=True, metadata=_help(
         "Iteration i searches questions train_first_index + i * train_questions onwards (the reference draws "
         "fresh questions every iteration); false: the same questions every iteration."))
+    min_kept_pairs: int | None = field(default=None, metadata=_help(
+        "Search trees in rounds of round_trees until the kept pairs reach this many, with `questions` trees as "
+        "the budget (how many trees give a pair depends on the model: a confident one gives fewer); None: search "
+        "all `questions` trees at once."))
+    round_trees: int = field(default=160, metadata=_help(
+        "Trees per round when min_kept_pairs is set; a round's trees are searched together, so larger rounds "
+        "batch better and may overshoot the target by more."))
 
     def __post_init__(self) -> None:
+        if self.min_kept_pairs is not None and self.min_kept_pairs < 1:
+            raise ConfigError(f"search.min_kept_pairs must be >= 1 or null, got {self.min_kept_pairs}")
+        if self.round_trees < 1:
+            raise ConfigError(f"search.round_trees must be >= 1, got {self.round_trees}")
         if self.batch_size < 1:
             raise ConfigError(f"search.batch_size must be >= 1, got {self.batch_size}")
         if self.max_turns is not None and self.max_turns < 1:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from optima_train.idpo.idpo_config import IDPOConfig
 from optima_train.loop import IterativeTrainer
@@ -65,7 +65,7 @@ class IDPOTrainer(IterativeTrainer):
     def _search(self, folder: Path, it: int) -> dict[str, Any]:
         import optima_envs
         from optima_agents.chat import DEFAULT_CHAT_FORMAT
-        from optima_agents.mcts import MCTSPlanner, OptimaTreeReward, TreeTask, extract_pairs
+        from optima_agents.mcts import MCTSPlanner, OptimaTreeReward, TreeTask
         from optima_agents.policies import SamplingParams, capabilities_of
         from optima_agents.rollout import derive_seed
         from optima_train.dpo_data import pair_rows, pair_statistics, write_pairs, write_trees
@@ -82,13 +82,9 @@ class IDPOTrainer(IterativeTrainer):
         env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(cfg.task.train_kwargs()))
         tasks = [TreeTask(f"i{it:03d}-q{q:06d}", seed=derive_seed(cfg.run.seed, it, q), options={"index": q})
                  for q in cfg.train_indices(it)]
-        planner = MCTSPlanner(policy, reward, mcts)
-        if (why := planner.sampling_mismatch()) is not None:
+        if (why := MCTSPlanner(policy, reward, mcts).sampling_mismatch()) is not None:
             self.console.print(f"[yellow]search policy sampling differs from mcts settings: {why}[/]")
-        result = planner.search(env, tasks)
-        for tree in result.trees:
-            tree.check_invariants()
-        extraction = extract_pairs(result.trees, cfg.pairs)
+        result, extraction, rounds = self._search_rounds(lambda c: MCTSPlanner(policy, reward, c), env, tasks, mcts)
         chat_format = policy.chat_format if capabilities_of(policy).chat_format else DEFAULT_CHAT_FORMAT
         rows = pair_rows(result.trees, extraction, iteration=it, chat_format=chat_format)
         write_trees(result.trees, folder)
@@ -98,12 +94,46 @@ class IDPOTrainer(IterativeTrainer):
         atomic_write_json(folder / "search.json", {"model": model, "mcts": mcts.to_dict(), "search": search_stats,
                                                    "pairs": stats, "max_tokens": reward.max_tokens,
                                                    "trees": [t.stats() for t in result.trees]})
-        return {"model": model, "trees": len(result.trees), "qualifying_pairs": stats["qualifying_pairs"],
+        return {"model": model, "trees": len(result.trees), "tree_budget": len(tasks), "rounds": rounds,
+                "qualifying_pairs": stats["qualifying_pairs"],
                 "kept_pairs": stats["kept_pairs"], "mean_gap": stats["gap"]["mean"],
                 "mean_chosen_tokens": stats["chosen_tokens"]["mean"],
                 "mean_rejected_tokens": stats["rejected_tokens"]["mean"],
                 "mean_root_value": stats["root_value"]["mean"], "max_tokens": reward.max_tokens,
                 "search": search_stats}
+
+    def _search_rounds(self, planner_for: Callable[[Any], Any], env: Any, tasks: Sequence[Any],
+                       mcts: Any) -> tuple[Any, Any, int]:
+        """Search `tasks` in order, all at once, or with `search.min_kept_pairs` set, a round of
+        `search.round_trees` at a time until the kept pairs reach it (or the tasks run out).
+
+        Round r searches with the MCTS seed derived from (seed, r), round 0 with the seed itself, so
+        a search that fits in one round is the all-at-once search. Returns (result of all trees,
+        their pair extraction, rounds searched)."""
+        from optima_agents.mcts import SearchResult, extract_pairs
+        from optima_agents.rollout import derive_seed
+
+        s = self.config.search
+        size = len(tasks) if s.min_kept_pairs is None else s.round_trees
+        trees: list[Any] = []
+        stats: dict[str, Any] = {}
+        rounds = 0
+        for start in range(0, len(tasks), size):
+            config = mcts if rounds == 0 else dataclasses.replace(mcts, seed=derive_seed(mcts.seed, rounds))
+            result = planner_for(config).search(env, tasks[start:start + size])
+            rounds += 1
+            for tree in result.trees:
+                tree.check_invariants()
+            trees += result.trees
+            for key, value in result.stats.items():
+                stats[key] = stats.get(key, 0) + value
+            extraction = extract_pairs(trees, self.config.pairs)
+            if s.min_kept_pairs is not None:
+                self.console.print(f"search round {rounds}: {len(trees)} trees, {len(extraction.kept)} kept pairs "
+                                   f"(target {s.min_kept_pairs}, budget {len(tasks)} trees)")
+                if len(extraction.kept) >= s.min_kept_pairs:
+                    break
+        return SearchResult(trees=trees, stats=stats), extraction, rounds
 
     def _training(self, folder: Path, it: int) -> dict[str, Any]:
         cfg = self.config

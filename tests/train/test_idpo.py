@@ -42,6 +42,8 @@ class TestIDPOConfig:
         ("mcts.skip_similarity=2", "MCTS setting skip_similarity must be an edit-distance ratio in [0, 1], got 2.0"),
         ("pairs.keep_scope=all", "'all' is not one of ['batch', 'tree']"),
         ("train.extra={loss_type: ipo}", "train.extra sets ['loss_type'], which the iDPO config owns"),
+        ("search.min_kept_pairs=0", "search.min_kept_pairs must be >= 1 or null, got 0"),
+        ("search.round_trees=0", "search.round_trees must be >= 1, got 0"),
     ])
     def test_bad_values_fail_at_parse_time(self, override, message):
         with pytest.raises(ConfigError, match=re.escape(message)):
@@ -231,3 +233,46 @@ class TestCLI:
         bad = runner.invoke(app, ["train", "isft-dpo", "--set", "pairs.min_gap=-1", "--cycles", "2"])
         assert bad.exit_code == 2 and "MCTS setting min_gap must be >= 0, got -1.0" in bad.output
         assert "cycles.count" in runner.invoke(app, ["train", "isft-dpo", "--help-config"]).output
+
+
+# ---------------------------------------------------------------------- search rounds
+class _FakeTree:
+    def __init__(self, pairs: int):
+        self.pairs = pairs
+
+    def check_invariants(self) -> None:
+        pass
+
+
+class _FakePlanner:
+    """Grows one fake tree per task, yielding as many kept pairs as the task's `options["pairs"]`."""
+
+    def __init__(self, config, seen):
+        self.config, self.seen = config, seen
+
+    def search(self, env, tasks):
+        from optima_agents.mcts import SearchResult
+
+        self.seen.append((self.config.seed, [t.tree_id for t in tasks]))
+        return SearchResult(trees=[_FakeTree(t.options["pairs"]) for t in tasks], stats={"rollouts": len(tasks)})
+
+
+@pytest.mark.parametrize("target,rounds,trees", [(None, 1, 10), (3, 2, 8), (100, 3, 10)])
+def test_search_rounds_stop_once_enough_pairs_are_kept(tmp_path, monkeypatch, target, rounds, trees):
+    import optima_agents.mcts as mcts_pkg
+    from optima_agents.mcts import MCTSConfig, TreeTask
+
+    monkeypatch.setattr(mcts_pkg, "extract_pairs",
+                        lambda ts, config: type("E", (), {"kept": [p for t in ts for p in range(t.pairs)]})())
+    cfg = load_config(IDPOConfig, None, [f"run.output_dir={tmp_path}", "search.round_trees=4"]
+                      + ([f"search.min_kept_pairs={target}"] if target else []))
+    tasks = [TreeTask(f"q{i}", seed=i, options={"pairs": 1 if i in (2, 5, 6) else 0}) for i in range(10)]
+    seen: list = []
+    result, extraction, n = IDPOTrainer(cfg)._search_rounds(lambda c: _FakePlanner(c, seen), None, tasks,
+                                                           MCTSConfig(seed=7))
+    assert n == rounds and len(result.trees) == trees and result.stats["rollouts"] == trees
+    assert len(extraction.kept) == sum(t.pairs for t in result.trees)
+    # Rounds take the tasks in order; the first round keeps the search's own seed, later ones derive theirs.
+    assert [ids for _, ids in seen] == ([[f"q{i}" for i in range(10)]] if target is None else
+                                        [[f"q{i}" for i in range(s, min(s + 4, 10))] for s in range(0, 4 * rounds, 4)])
+    assert seen[0][0] == 7 and len({seed for seed, _ in seen}) == rounds
