@@ -221,12 +221,13 @@ def main() -> None:
         raise SystemExit("every seed is --on-board: nothing to train; leave at least one out")
     command = "python benchmarks/training_repeats.py " + " ".join(sys.argv[1:])
     stages: dict[str, str] = {}
+    facts: dict[int, dict[str, Any] | None] = {}
     for seed in seeds:
         if seed in on_board:
             continue
         run_dir = Path(args.runs.format(seed=seed))
         train(args.method, args.config, seed, args.iterations, run_dir, args.sets)
-        seed_facts(f"{args.name}_seed{seed}", args.method, ROOT / run_dir, args.iterations)
+        facts[seed] = seed_facts(f"{args.name}_seed{seed}", args.method, ROOT / run_dir, args.iterations)
         models = []
         for label, name, checkpoint in stage_checkpoints(args.method, ROOT / run_dir, args.iterations):
             stages[label] = name
@@ -256,8 +257,10 @@ def main() -> None:
               "questions, evidence deals and precision as the baselines."
               + (f" Seed(s) {sorted(on_board)} were trained and evaluated by an earlier call; their cells are read "
                  f"from the board (`{args.board}/leaderboard.json` names the command of each)." if on_board else ""))
-    facts = {seed: seed_facts(f"{args.name}_seed{seed}", args.method, ROOT / args.runs.format(seed=seed),
-                              args.iterations) for seed in seeds}
+    for seed in on_board:  # the seeds trained here were read right after their run
+        facts[seed] = seed_facts(f"{args.name}_seed{seed}", args.method, ROOT / args.runs.format(seed=seed),
+                                 args.iterations)
+    facts = {seed: facts[seed] for seed in seeds}
     (RESULTS / f"{args.name}.md").write_text(report(rows, best, header, facts))
     write_result(args.name, {"command": command, "config": args.config, "seeds": seeds, "task": TASK,
                              "task_kwargs": TASK_KWARGS, "board": args.board, "best_baseline": best, "rows": rows,
