@@ -322,8 +322,7 @@ def markdown(run: dict[str, Any], preset_name: str) -> str:
     lines = [f"# iDPO and iSFT-DPO on synth-hop-ia with SmolLM2-135M ({preset_name})", "",
              f"Held-out set: {h['episodes']} `{h['env_id']}` dialogues, {h['env_kwargs']} {h['eval_env_kwargs']}, "
              f"at most {h['max_turns']} turns of {h['max_new_tokens']} new tokens, greedy"
-             + ("; the same episodes as `isft_synth_hop.md` (`leaderboard_synth_hop.md` puts all systems side by "
-                "side)." if run.get("preset_name", preset_name) == "full" else "."), "",
+             + ("; the same episodes as `isft_synth_hop.md`." if run.get("preset_name", preset_name) == "full" else "."), "",
              f"Preset: {run['preset']}. Overrides: {run.get('overrides') or 'none'}. Backend: {run.get('backend', 'hf')}.", ""]
     methods = run["methods"]
     isft_iter0 = _eval(ISFT_CHECKPOINT.parents[1] / "evaluation")
