@@ -9,50 +9,8 @@ is re-exported here. `ReadabilityScorer` (the reference-LM term) is the trainers
 imports torch lazily, on construction.
 """
 
-from optima_envs.rewards.format_rules import (
-    FORMAT_RULES,
-    FormatReport,
-    Violation,
-    check_format,
-)
-from optima_envs.rewards.normalization import TokenNormalization, max_tokens_for
-from optima_envs.rewards.rubric import (
-    RewardInputs,
-    RewardTerm,
-    RewardTermFn,
-    RewardWeights,
-    Rubric,
-    default_rubric,
-)
-from optima_envs.rewards.scoring import (
-    DialogueSample,
-    RewardBatch,
-    RewardResult,
-    Turn,
-    compute_rewards,
-)
-from optima_envs.rewards.turn_loss import TurnLossFn, max_turn_loss
+from optima_envs import rewards as _pure
+from optima_envs.rewards import *  # noqa: F403 (the pure reward, re-exported)
 from optima_train.rewards.readability import ReadabilityScorer
 
-__all__ = [
-    "FORMAT_RULES",
-    "DialogueSample",
-    "FormatReport",
-    "ReadabilityScorer",
-    "RewardBatch",
-    "RewardInputs",
-    "RewardResult",
-    "RewardTerm",
-    "RewardTermFn",
-    "RewardWeights",
-    "Rubric",
-    "TokenNormalization",
-    "Turn",
-    "TurnLossFn",
-    "Violation",
-    "check_format",
-    "compute_rewards",
-    "default_rubric",
-    "max_tokens_for",
-    "max_turn_loss",
-]
+__all__ = [*_pure.__all__, "ReadabilityScorer"]

@@ -21,7 +21,7 @@ from optima_train.rewards import (
     max_tokens_for,
     max_turn_loss,
 )
-from optima_train.rewards.format_rules import normalize_for_repeat
+from optima_envs.rewards.format_rules import normalize_for_repeat
 
 AGENTS = ("alice", "bob")
 
