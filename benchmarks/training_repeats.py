@@ -176,16 +176,21 @@ def report(rows: list[dict[str, Any]], best: dict[str, Any], header: str,
     return "\n".join(lines) + "\n"
 
 
-def seed_facts(name: str, method: str, run_dir: Path, iterations: int) -> dict[str, Any] | None:
-    """A run's training facts, from its directory when it exists (saved beside the results, so
-    they outlive it), else from the saved file; None when neither is there."""
+def seed_facts(name: str, method: str, run_dir: Path, iterations: int, *, trained_now: bool) -> dict[str, Any] | None:
+    """A run's training facts, saved as `<name>.json` beside the results so they outlive its directory.
+
+    A run trained by this call is read from its directory and saved. A run trained by an earlier
+    call (`--on-board`) is read from its saved file, and from its directory (then saved) only where
+    no file was saved; None when neither is there."""
     saved = RESULTS / f"{name}.json"
-    if (run_dir / "config.yaml").is_file():
-        facts = training_facts(method, run_dir, iterations)
-        shown = run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir
-        write_result(name, {"run_dir": str(shown), "stages": facts})
-        return facts
-    return json.loads(saved.read_text())["stages"] if saved.is_file() else None
+    if saved.is_file() and not trained_now:
+        return json.loads(saved.read_text())["stages"]
+    if not (run_dir / "config.yaml").is_file():
+        return None
+    facts = training_facts(method, run_dir, iterations)
+    shown = run_dir.relative_to(ROOT) if run_dir.is_relative_to(ROOT) else run_dir
+    write_result(name, {"run_dir": str(shown), "stages": facts})
+    return facts
 
 
 def main() -> None:
@@ -227,7 +232,8 @@ def main() -> None:
             continue
         run_dir = Path(args.runs.format(seed=seed))
         train(args.method, args.config, seed, args.iterations, run_dir, args.sets)
-        facts[seed] = seed_facts(f"{args.name}_seed{seed}", args.method, ROOT / run_dir, args.iterations)
+        facts[seed] = seed_facts(f"{args.name}_seed{seed}", args.method, ROOT / run_dir, args.iterations,
+                                 trained_now=True)
         models = []
         for label, name, checkpoint in stage_checkpoints(args.method, ROOT / run_dir, args.iterations):
             stages[label] = name
@@ -259,7 +265,7 @@ def main() -> None:
                  f"from the board (`{args.board}/leaderboard.json` names the command of each)." if on_board else ""))
     for seed in on_board:  # the seeds trained here were read right after their run
         facts[seed] = seed_facts(f"{args.name}_seed{seed}", args.method, ROOT / args.runs.format(seed=seed),
-                                 args.iterations)
+                                 args.iterations, trained_now=False)
     facts = {seed: facts[seed] for seed in seeds}
     (RESULTS / f"{args.name}.md").write_text(report(rows, best, header, facts))
     write_result(args.name, {"command": command, "config": args.config, "seeds": seeds, "task": TASK,

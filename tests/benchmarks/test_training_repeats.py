@@ -77,3 +77,29 @@ def test_training_facts_keep_each_finished_steps_seconds_and_counts(tmp_path):
     assert facts == {"it0": {"search": {"seconds": 12.5, "trees": 720, "kept_pairs": 130}}, "it1": {}}
     assert facts_line("search", facts["it0"]["search"]) == "search 12 s (trees 720, kept_pairs 130)"
     assert facts_line("selection", {"seconds": None, "train_loss": 0.25}) == "selection (train_loss 0.250)"
+
+
+def test_seed_facts_of_an_earlier_run_come_from_its_saved_file(tmp_path, monkeypatch):
+    import benchmarks._results as results
+    import benchmarks.training_repeats as repeats
+    from optima_train.run_dir import RunDir
+
+    monkeypatch.setattr(repeats, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    run_dir = tmp_path / "run"
+    run = RunDir(run_dir)
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("run: {}\n")
+    run.begin_step(0, "training")
+    run.mark_done(0, "training", {"seconds": 10.0, "steps": 24})
+
+    assert repeats.seed_facts("r_seed1", "isft", run_dir, 1, trained_now=False) == {
+        "it0": {"training": {"seconds": 10.0, "steps": 24}}}  # nothing saved yet: read and saved
+    saved = tmp_path / "results" / "r_seed1.json"
+    written = saved.read_text()
+    run.begin_step(0, "evaluation")
+    run.mark_done(0, "evaluation", {"seconds": 5.0})
+    assert "evaluation" not in repeats.seed_facts("r_seed1", "isft", run_dir, 1, trained_now=False)["it0"]
+    assert saved.read_text() == written  # an earlier run's file is read, not rewritten
+    assert "evaluation" in repeats.seed_facts("r_seed1", "isft", run_dir, 1, trained_now=True)["it0"]
+    assert repeats.seed_facts("r_seed2", "isft", tmp_path / "gone", 1, trained_now=False) is None
