@@ -18,7 +18,9 @@
 
 **Steps and resume.** A step writes everything into its own folder and, last, an atomic
 `DONE.json` (timings and counts). A step whose `DONE.json` exists is never run again; a step
-folder without one holds a partial attempt and is wiped before the step reruns. Every file is
+folder without one holds a partial attempt and is wiped before the step reruns; only its
+`<step>.progress/` sibling (parts a long step has finished, e.g. MCTS search rounds) is kept for
+the rerun, and removed with the step's `DONE.json`. Every file is
 written to a temporary name and renamed into place, so a kill at any moment leaves either the
 old state or the new one. Restarting the same command therefore resumes at the first step
 without a marker and loses nothing finished.
@@ -39,7 +41,8 @@ import yaml
 
 from optima_envs.errors import ConfigError, OptimaError
 
-__all__ = ["ISFT_STEPS", "RunDir", "RunLockedError", "atomic_dir", "atomic_write_json", "atomic_write_text", "read_json"]
+__all__ = ["ISFT_STEPS", "RunDir", "RunLockedError", "atomic_dir", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
+           "read_json"]
 
 ISFT_STEPS = ("generation", "scoring", "selection", "training", "evaluation")
 DONE = "DONE.json"
@@ -49,14 +52,14 @@ class RunLockedError(OptimaError, RuntimeError):
     """Raised when another live process is already running in the same run directory."""
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write `text` to `path` via a temporary file in the same folder and an atomic rename."""
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file in the same folder and an atomic rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -64,6 +67,10 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: str | Path, data: Any) -> None:
@@ -146,8 +153,14 @@ class RunDir:
         folder.mkdir(parents=True)
         return folder
 
+    def progress_dir(self, stage: int | str, step: str) -> Path:
+        """Where a long step keeps the parts it has finished (e.g. search rounds): unlike the step
+        folder it survives a killed attempt, so the rerun picks them up; removed once the step is done."""
+        return self.stage_dir(stage) / f"{step}.progress"
+
     def mark_done(self, stage: int | str, step: str, info: Mapping[str, Any]) -> None:
         atomic_write_json(self.step_dir(stage, step) / DONE, dict(info))
+        shutil.rmtree(self.progress_dir(stage, step), ignore_errors=True)
 
     def finished_iterations(self, steps: Sequence[str] = ISFT_STEPS) -> list[int]:
         out, i = [], 0

@@ -17,12 +17,15 @@ Per iteration `i` (the run-dir layout of `optima_train.run_dir`, steps `search`,
 3. **evaluation**: greedy dialogues on the held-out questions with `M_{i+1}`
    (`optima_train.evaluation`, the same held-out set as iSFT for the same task section).
 
-Each step writes its `DONE.json` last; a restarted run skips finished steps.
+Each step writes its `DONE.json` last; a restarted run skips finished steps. The search keeps each
+finished round in `search.progress/` beside its folder, so a killed search resumes at its next
+round with the same trees, seeds and token normaliser.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -84,7 +87,9 @@ class IDPOTrainer(IterativeTrainer):
                  for q in cfg.train_indices(it)]
         if (why := MCTSPlanner(policy, reward, mcts).sampling_mismatch()) is not None:
             self.console.print(f"[yellow]search policy sampling differs from mcts settings: {why}[/]")
-        result, extraction, rounds = self._search_rounds(lambda c: MCTSPlanner(policy, reward, c), env, tasks, mcts)
+        result, extraction, rounds = self._search_rounds(lambda c: MCTSPlanner(policy, reward, c), env, tasks, mcts,
+                                                         progress=self.run_dir.progress_dir(it, "search"),
+                                                         reward=reward)
         chat_format = policy.chat_format if capabilities_of(policy).chat_format else DEFAULT_CHAT_FORMAT
         rows = pair_rows(result.trees, extraction, iteration=it, chat_format=chat_format)
         write_trees(result.trees, folder)
@@ -102,14 +107,17 @@ class IDPOTrainer(IterativeTrainer):
                 "mean_root_value": stats["root_value"]["mean"], "max_tokens": reward.max_tokens,
                 "search": search_stats}
 
-    def _search_rounds(self, planner_for: Callable[[Any], Any], env: Any, tasks: Sequence[Any],
-                       mcts: Any) -> tuple[Any, Any, int]:
+    def _search_rounds(self, planner_for: Callable[[Any], Any], env: Any, tasks: Sequence[Any], mcts: Any, *,
+                       progress: Path | None = None, reward: Any = None) -> tuple[Any, Any, int]:
         """Search `tasks` in order, all at once, or with `search.min_kept_pairs` set, a round of
         `search.round_trees` at a time until the kept pairs reach it (or the tasks run out).
 
         Round r searches with the MCTS seed derived from (seed, r), round 0 with the seed itself, so
-        a search that fits in one round is the all-at-once search. Returns (result of all trees,
-        their pair extraction, rounds searched)."""
+        a search that fits in one round is the all-at-once search. With `progress` (a folder that
+        outlives a killed attempt), each finished round is saved there and a rerun reads it back
+        instead of searching it again; `reward.max_tokens`, frozen in round 0, is restored with it,
+        so a resumed search is the uninterrupted one. Returns (result of all trees, their pair
+        extraction, rounds searched)."""
         from optima_agents.mcts import SearchResult, extract_pairs
         from optima_agents.rollout import derive_seed
 
@@ -119,11 +127,22 @@ class IDPOTrainer(IterativeTrainer):
         stats: dict[str, Any] = {}
         rounds = 0
         for start in range(0, len(tasks), size):
-            config = mcts if rounds == 0 else dataclasses.replace(mcts, seed=derive_seed(mcts.seed, rounds))
-            result = planner_for(config).search(env, tasks[start:start + size])
+            chunk = tasks[start:start + size]
+            tree_ids = [t.tree_id for t in chunk]
+            saved = _load_round(progress, rounds, tree_ids) if progress else None
+            if saved is not None:
+                result = SearchResult(trees=saved["trees"], stats=saved["stats"])
+                if reward is not None and reward.max_tokens is None:
+                    reward.max_tokens = saved["max_tokens"]
+                self.console.print(f"search round {rounds + 1}: read back from {progress}")
+            else:
+                config = mcts if rounds == 0 else dataclasses.replace(mcts, seed=derive_seed(mcts.seed, rounds))
+                result = planner_for(config).search(env, chunk)
+                for tree in result.trees:
+                    tree.check_invariants()
+                if progress is not None:
+                    _save_round(progress, rounds, tree_ids, result, getattr(reward, "max_tokens", None))
             rounds += 1
-            for tree in result.trees:
-                tree.check_invariants()
             trees += result.trees
             for key, value in result.stats.items():
                 stats[key] = stats.get(key, 0) + value
@@ -191,3 +210,47 @@ def train_dpo(cfg: Any, pairs: Path, init: str, folder: Path, *, seed: int) -> d
             "reward_accuracy": last.get("rewards/accuracies"), "reward_margin": last.get("rewards/margins"),
             "trainable_parameters": run.trainable_parameters, "lora": cfg.lora.enabled, "beta": t.beta,
             "rpo_alpha": t.rpo_alpha, "reference": "adapter-disabled" if run.lora else "copy of init"}
+
+
+# ---------------------------------------------------------------------- search progress
+def _round_path(progress: Path, index: int) -> Path:
+    return progress / f"round_{index:03d}.pkl"
+
+
+def _save_round(progress: Path, index: int, tree_ids: Sequence[str], result: Any, max_tokens: float | None) -> None:
+    """Keep one finished search round (the trees of tasks `tree_ids`) for a rerun. Its trees drop their env snapshots first:
+    only a search restores them, and the rest (pairs, tables) reads texts and observations."""
+    import pickle
+
+    from optima_train.run_dir import atomic_write_bytes
+
+    for tree in result.trees:
+        for node in getattr(tree, "nodes", ()):
+            node.snapshot = None
+    record = {"tree_ids": list(tree_ids), "trees": result.trees, "stats": dict(result.stats),
+              "max_tokens": max_tokens}
+    atomic_write_bytes(_round_path(progress, index), pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _load_round(progress: Path, index: int, tree_ids: Sequence[str]) -> dict[str, Any] | None:
+    """Round `index` as an earlier attempt saved it, or None when it was not saved or holds other
+    trees than `tree_ids` (a file this run did not write for this round is never trusted).
+
+    The file is a pickle the same run wrote into its own run directory."""
+    import pickle
+
+    path = _round_path(progress, index)
+    if not path.is_file():
+        return None
+    try:
+        record = pickle.loads(path.read_bytes())
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as err:
+        logging.getLogger(__name__).warning("search round %d is searched again: %s is unreadable (%s)",
+                                            index + 1, path, err)
+        return None
+    if not isinstance(record, dict) or record.get("tree_ids") != list(tree_ids):
+        logging.getLogger(__name__).warning("search round %d is searched again: %s holds other trees",
+                                            index + 1, path)
+        return None
+    return record
+

@@ -11,8 +11,8 @@ from tests.agents.mcts.scripted_policies import TurnScript, first_utterance_rewa
 GOOD, BAD1, BAD2 = "I say <A>good</A>", "I say <A>bad one</A> and more words here", "I say <A>bad two</A>"
 
 
-@pytest.fixture(scope="module")
-def searched():
+def search_two_trees():
+    """Two scripted searches on synth-hop-ia whose pairs are known (GOOD over BAD1 at the root)."""
     policy = TurnScript({0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>", "hmm", "<A>bad two</A>"],
                          2: ["<A>good</A>", "<A>bad one</A>", "<A>x</A>"]})
     first = first_utterance_reward({GOOD: 1.0, BAD1: 0.0, BAD2: 0.3})
@@ -24,6 +24,11 @@ def searched():
     planner = MCTSPlanner(policy, reward, MCTSConfig(iterations=3, selection_temperature=1e-3))
     trees = planner.search(optima_envs.make("synth-hop-ia"), [TreeTask("q0", seed=0), TreeTask("q1", seed=1)]).trees
     return trees, extract_pairs(trees, PairConfig())
+
+
+@pytest.fixture(scope="module")
+def searched():
+    return search_two_trees()
 
 
 class TestPairRows:

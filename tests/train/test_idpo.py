@@ -276,3 +276,87 @@ def test_search_rounds_stop_once_enough_pairs_are_kept(tmp_path, monkeypatch, ta
     assert [ids for _, ids in seen] == ([[f"q{i}" for i in range(10)]] if target is None else
                                         [[f"q{i}" for i in range(s, min(s + 4, 10))] for s in range(0, 4 * rounds, 4)])
     assert seen[0][0] == 7 and len({seed for seed, _ in seen}) == rounds
+
+
+def _planner_maker(seen: list, reward, *, kill_before: int | None = None):
+    """Fake planners that freeze `reward.max_tokens` in the first round (as `OptimaTreeReward`
+    does) and, with `kill_before`, die before that round the way a killed process would."""
+    def make(config):
+        if kill_before is not None and len(seen) == kill_before:
+            raise _Killed
+        if reward.max_tokens is None:
+            reward.max_tokens = 50.0 + config.seed
+        return _FakePlanner(config, seen)
+    return make
+
+
+def test_a_killed_search_resumes_at_its_next_round(tmp_path, monkeypatch):
+    import types
+
+    import optima_agents.mcts as mcts_pkg
+    from optima_agents.mcts import MCTSConfig, TreeTask
+
+    monkeypatch.setattr(mcts_pkg, "extract_pairs",
+                        lambda ts, config: type("E", (), {"kept": [p for t in ts for p in range(t.pairs)]})())
+    trainer = IDPOTrainer(load_config(IDPOConfig, None, [f"run.output_dir={tmp_path / 'run'}", "search.round_trees=4",
+                                                         "search.min_kept_pairs=100"]))
+    tasks = [TreeTask(f"q{i}", seed=i, options={"pairs": i % 2}) for i in range(10)]
+    whole_seen, whole_reward = [], types.SimpleNamespace(max_tokens=None)
+    whole = trainer._search_rounds(_planner_maker(whole_seen, whole_reward), None, tasks, MCTSConfig(seed=7),
+                                   progress=tmp_path / "whole", reward=whole_reward)
+
+    progress = tmp_path / "killed"
+    killed_seen, killed_reward = [], types.SimpleNamespace(max_tokens=None)
+    with pytest.raises(_Killed):
+        trainer._search_rounds(_planner_maker(killed_seen, killed_reward, kill_before=2), None, tasks,
+                               MCTSConfig(seed=7), progress=progress, reward=killed_reward)
+    assert sorted(p.name for p in progress.iterdir()) == ["round_000.pkl", "round_001.pkl"]
+
+    again_seen, fresh_reward = [], types.SimpleNamespace(max_tokens=None)  # a new process: nothing frozen yet
+    resumed = trainer._search_rounds(_planner_maker(again_seen, fresh_reward), None, tasks, MCTSConfig(seed=7),
+                                     progress=progress, reward=fresh_reward)
+    assert again_seen == whole_seen[2:]  # only the third round is searched again, with its own seed
+    assert fresh_reward.max_tokens == whole_reward.max_tokens == 57.0  # round 0's normaliser, read back
+    assert [t.pairs for t in resumed[0].trees] == [t.pairs for t in whole[0].trees]
+    assert resumed[0].stats == whole[0].stats and resumed[2] == whole[2] == 3
+    assert len(resumed[1].kept) == len(whole[1].kept)
+
+
+def test_saved_rounds_for_other_trees_are_searched_again(tmp_path, monkeypatch):
+    import pickle
+
+    import optima_agents.mcts as mcts_pkg
+    from optima_agents.mcts import MCTSConfig, TreeTask
+
+    monkeypatch.setattr(mcts_pkg, "extract_pairs", lambda ts, config: type("E", (), {"kept": []})())
+    trainer = IDPOTrainer(load_config(IDPOConfig, None, [f"run.output_dir={tmp_path / 'run'}"]))
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    (progress / "round_000.pkl").write_bytes(pickle.dumps({"tree_ids": ["other"], "trees": [], "stats": {},
+                                                           "max_tokens": 1.0}))
+    seen: list = []
+    tasks = [TreeTask("q0", seed=0, options={"pairs": 0})]
+    result, _, _ = trainer._search_rounds(lambda c: _FakePlanner(c, seen), None, tasks, MCTSConfig(seed=7),
+                                          progress=progress)
+    assert [ids for _, ids in seen] == [["q0"]] and len(result.trees) == 1
+    (progress / "round_000.pkl").write_bytes(b"not a pickle")
+    trainer._search_rounds(lambda c: _FakePlanner(c, seen), None, tasks, MCTSConfig(seed=7), progress=progress)
+    assert len(seen) == 2
+
+
+def test_a_saved_round_of_real_trees_gives_the_same_pairs(tmp_path):
+    from optima_agents.mcts import PairConfig, SearchResult, extract_pairs
+    from optima_train.dpo_data import pair_rows
+    from optima_train.idpo.idpo_trainer import _load_round, _save_round
+    from tests.train.test_dpo_data import search_two_trees
+
+    trees, _ = search_two_trees()
+    config = PairConfig(min_chosen_value=-1, min_gap=0.0)
+    before = pair_rows(trees, extract_pairs(trees, config))
+    _save_round(tmp_path, 0, [t.tree_id for t in trees], SearchResult(trees=trees, stats={"rollouts": 3}), 12.0)
+    saved = _load_round(tmp_path, 0, [t.tree_id for t in trees])
+    assert saved["max_tokens"] == 12.0 and saved["stats"] == {"rollouts": 3}
+    assert all(n.snapshot is None for t in saved["trees"] for n in t.nodes)
+    for tree in saved["trees"]:
+        tree.check_invariants()
+    assert pair_rows(saved["trees"], extract_pairs(saved["trees"], config)) == before and before

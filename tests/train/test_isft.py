@@ -23,6 +23,7 @@ from optima_train.run_dir import (
     RunDir,
     RunLockedError,
     atomic_dir,
+    atomic_write_bytes,
     atomic_write_json,
     read_json,
 )
@@ -206,6 +207,16 @@ class TestRunDir:
         with pytest.raises(RuntimeError, match="already done"):
             run.begin_step(0, "generation")
         assert run.finished_iterations() == []
+
+    def test_progress_outlives_an_attempt_until_the_step_is_done(self, tmp_path):
+        run = RunDir(tmp_path)
+        run.begin_step(0, "search")
+        progress = run.progress_dir(0, "search")
+        atomic_write_bytes(progress / "round_000.pkl", b"kept")
+        run.begin_step(0, "search")  # the rerun wipes the step folder, not its progress
+        assert (progress / "round_000.pkl").read_bytes() == b"kept"
+        run.mark_done(0, "search", {})
+        assert not progress.exists()
 
     def test_atomic_writes(self, tmp_path):
         atomic_write_json(tmp_path / "a.json", {"x": 1})
