@@ -10,7 +10,7 @@ left out of the sum.
     python benchmarks/iteration_time.py                        # BEFORE against HEAD
     python benchmarks/iteration_time.py --refs abc123,HEAD --set model.dtype=float32
 
-Run directories live under `runs/iteration_time/<commit>/`, so a killed benchmark resumes:
+Run directories live under `runs/iteration_time/<name>/<commit>/`, so a killed benchmark resumes:
 finished steps are not rerun and keep their measured time. Both refs should run on an idle
 machine in one invocation; the figures are one run per ref.
 
@@ -95,10 +95,11 @@ def git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def run_ref(ref: str, config: str, overrides: Sequence[str]) -> dict[str, Any]:
-    """Iteration 0 of `config` at `ref`, in a worktree of its own; resumed if its run dir exists."""
+def run_ref(ref: str, config: str, overrides: Sequence[str], work: Path) -> dict[str, Any]:
+    """Iteration 0 of `config` at `ref`, in a worktree of its own under `work`; resumed if its run
+    dir exists."""
     commit = git("rev-parse", f"{ref}^{{commit}}")
-    tree, run_dir = WORK / commit / "tree", WORK / commit / "run"
+    tree, run_dir = work / commit / "tree", work / commit / "run"
     if tree.exists():  # left by a killed run
         git("worktree", "remove", "--force", str(tree))
     git("worktree", "add", "--detach", str(tree), commit)
@@ -143,7 +144,7 @@ def main() -> None:
     refs = args.refs.split(",")
     if len(refs) != 2:
         parser.error(f"--refs takes two refs, before,after; got {args.refs!r}")
-    runs = [run_ref(ref, args.config, args.overrides) for ref in refs]
+    runs = [run_ref(ref, args.config, args.overrides, WORK / args.name) for ref in refs]
     payload = {"command": command, "config": args.config, "overrides": args.overrides, "cpu": cpu(), "runs": runs,
                "ratios": ratios(*runs)}
     write_result(args.name, payload)
