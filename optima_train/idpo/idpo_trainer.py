@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from optima_train.idpo.idpo_config import IDPOConfig
 from optima_train.loop import IterativeTrainer
@@ -36,6 +36,16 @@ from optima_train.run_dir import atomic_write_json, read_json
 __all__ = ["IDPO_STEPS", "IDPOTrainer", "train_dpo"]
 
 IDPO_STEPS = ("search", "training", "evaluation")
+
+
+class SearchRounds(NamedTuple):
+    """A search done in rounds: the result of all its trees, their pair extraction, the rounds
+    searched, and how many of those an earlier attempt had finished (read back, not searched)."""
+
+    result: Any
+    extraction: Any
+    rounds: int
+    read_back: int
 
 
 class IDPOTrainer(IterativeTrainer):
@@ -87,9 +97,9 @@ class IDPOTrainer(IterativeTrainer):
                  for q in cfg.train_indices(it)]
         if (why := MCTSPlanner(policy, reward, mcts).sampling_mismatch()) is not None:
             self.console.print(f"[yellow]search policy sampling differs from mcts settings: {why}[/]")
-        result, extraction, rounds = self._search_rounds(lambda c: MCTSPlanner(policy, reward, c), env, tasks, mcts,
-                                                         progress=self.run_dir.progress_dir(it, "search"),
-                                                         reward=reward)
+        result, extraction, rounds, read_back = self._search_rounds(
+            lambda c: MCTSPlanner(policy, reward, c), env, tasks, mcts,
+            progress=self.run_dir.progress_dir(it, "search"), reward=reward)
         chat_format = policy.chat_format if capabilities_of(policy).chat_format else DEFAULT_CHAT_FORMAT
         rows = pair_rows(result.trees, extraction, iteration=it, chat_format=chat_format)
         write_trees(result.trees, folder)
@@ -100,6 +110,7 @@ class IDPOTrainer(IterativeTrainer):
                                                    "pairs": stats, "max_tokens": reward.max_tokens,
                                                    "trees": [t.stats() for t in result.trees]})
         return {"model": model, "trees": len(result.trees), "tree_budget": len(tasks), "rounds": rounds,
+                "rounds_read_back": read_back,
                 "qualifying_pairs": stats["qualifying_pairs"],
                 "kept_pairs": stats["kept_pairs"], "mean_gap": stats["gap"]["mean"],
                 "mean_chosen_tokens": stats["chosen_tokens"]["mean"],
@@ -108,7 +119,7 @@ class IDPOTrainer(IterativeTrainer):
                 "search": search_stats}
 
     def _search_rounds(self, planner_for: Callable[[Any], Any], env: Any, tasks: Sequence[Any], mcts: Any, *,
-                       progress: Path | None = None, reward: Any = None) -> tuple[Any, Any, int]:
+                       progress: Path | None = None, reward: Any = None) -> SearchRounds:
         """Search `tasks` in order, all at once, or with `search.min_kept_pairs` set, a round of
         `search.round_trees` at a time until the kept pairs reach it (or the tasks run out).
 
@@ -116,8 +127,7 @@ class IDPOTrainer(IterativeTrainer):
         a search that fits in one round is the all-at-once search. With `progress` (a folder that
         outlives a killed attempt), each finished round is saved there and a rerun reads it back
         instead of searching it again; `reward.max_tokens`, frozen in round 0, is restored with it,
-        so a resumed search is the uninterrupted one. Returns (result of all trees, their pair
-        extraction, rounds searched)."""
+        so a resumed search is the uninterrupted one."""
         from optima_agents.mcts import SearchResult, extract_pairs
         from optima_agents.rollout import derive_seed
 
@@ -125,7 +135,7 @@ class IDPOTrainer(IterativeTrainer):
         size = len(tasks) if s.min_kept_pairs is None else s.round_trees
         trees: list[Any] = []
         stats: dict[str, Any] = {}
-        rounds = 0
+        rounds = read_back = 0
         for start in range(0, len(tasks), size):
             chunk = tasks[start:start + size]
             tree_ids = [t.tree_id for t in chunk]
@@ -134,6 +144,7 @@ class IDPOTrainer(IterativeTrainer):
                 result = SearchResult(trees=saved["trees"], stats=saved["stats"])
                 if reward is not None and reward.max_tokens is None:
                     reward.max_tokens = saved["max_tokens"]
+                read_back += 1
                 self.console.print(f"search round {rounds + 1}: read back from {progress}")
             else:
                 config = mcts if rounds == 0 else dataclasses.replace(mcts, seed=derive_seed(mcts.seed, rounds))
@@ -152,7 +163,7 @@ class IDPOTrainer(IterativeTrainer):
                                    f"(target {s.min_kept_pairs}, budget {len(tasks)} trees)")
                 if len(extraction.kept) >= s.min_kept_pairs:
                     break
-        return SearchResult(trees=trees, stats=stats), extraction, rounds
+        return SearchRounds(SearchResult(trees=trees, stats=stats), extraction, rounds, read_back)
 
     def _training(self, folder: Path, it: int) -> dict[str, Any]:
         cfg = self.config

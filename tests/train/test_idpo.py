@@ -268,7 +268,7 @@ def test_search_rounds_stop_once_enough_pairs_are_kept(tmp_path, monkeypatch, ta
                       + ([f"search.min_kept_pairs={target}"] if target else []))
     tasks = [TreeTask(f"q{i}", seed=i, options={"pairs": 1 if i in (2, 5, 6) else 0}) for i in range(10)]
     seen: list = []
-    result, extraction, n = IDPOTrainer(cfg)._search_rounds(lambda c: _FakePlanner(c, seen), None, tasks,
+    result, extraction, n, _ = IDPOTrainer(cfg)._search_rounds(lambda c: _FakePlanner(c, seen), None, tasks,
                                                            MCTSConfig(seed=7))
     assert n == rounds and len(result.trees) == trees and result.stats["rollouts"] == trees
     assert len(extraction.kept) == sum(t.pairs for t in result.trees)
@@ -318,7 +318,8 @@ def test_a_killed_search_resumes_at_its_next_round(tmp_path, monkeypatch):
     assert again_seen == whole_seen[2:]  # only the third round is searched again, with its own seed
     assert fresh_reward.max_tokens == whole_reward.max_tokens == 57.0  # round 0's normaliser, read back
     assert [t.pairs for t in resumed[0].trees] == [t.pairs for t in whole[0].trees]
-    assert resumed[0].stats == whole[0].stats and resumed[2] == whole[2] == 3
+    assert resumed[0].stats == whole[0].stats and resumed.rounds == whole.rounds == 3
+    assert (resumed.read_back, whole.read_back) == (2, 0)
     assert len(resumed[1].kept) == len(whole[1].kept)
 
 
@@ -336,7 +337,7 @@ def test_saved_rounds_for_other_trees_are_searched_again(tmp_path, monkeypatch):
                                                            "max_tokens": 1.0}))
     seen: list = []
     tasks = [TreeTask("q0", seed=0, options={"pairs": 0})]
-    result, _, _ = trainer._search_rounds(lambda c: _FakePlanner(c, seen), None, tasks, MCTSConfig(seed=7),
+    result, _, _, _ = trainer._search_rounds(lambda c: _FakePlanner(c, seen), None, tasks, MCTSConfig(seed=7),
                                           progress=progress)
     assert [ids for _, ids in seen] == [["q0"]] and len(result.trees) == 1
     (progress / "round_000.pkl").write_bytes(b"not a pickle")
