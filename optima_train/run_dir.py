@@ -41,8 +41,8 @@ import yaml
 
 from optima_envs.errors import ConfigError, OptimaError
 
-__all__ = ["ISFT_STEPS", "RunDir", "RunLockedError", "atomic_dir", "atomic_write_bytes", "atomic_write_json", "atomic_write_text",
-           "read_json"]
+__all__ = ["ISFT_STEPS", "RunDir", "RunLockedError", "atomic_dir", "atomic_write_bytes", "atomic_write_json",
+           "atomic_write_text", "read_json"]
 
 ISFT_STEPS = ("generation", "scoring", "selection", "training", "evaluation")
 DONE = "DONE.json"

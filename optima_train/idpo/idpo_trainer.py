@@ -229,14 +229,15 @@ def _round_path(progress: Path, index: int) -> Path:
 
 
 def _save_round(progress: Path, index: int, tree_ids: Sequence[str], result: Any, max_tokens: float | None) -> None:
-    """Keep one finished search round (the trees of tasks `tree_ids`) for a rerun. Its trees drop their env snapshots first:
-    only a search restores them, and the rest (pairs, tables) reads texts and observations."""
+    """Keep one finished search round (the trees of tasks `tree_ids`) for a rerun. Its trees drop
+    their env snapshots first: only a search restores them, and the rest (pairs, tables) reads
+    texts and observations."""
     import pickle
 
     from optima_train.run_dir import atomic_write_bytes
 
     for tree in result.trees:
-        for node in getattr(tree, "nodes", ()):
+        for node in tree.nodes:
             node.snapshot = None
     record = {"tree_ids": list(tree_ids), "trees": result.trees, "stats": dict(result.stats),
               "max_tokens": max_tokens}
@@ -264,4 +265,3 @@ def _load_round(progress: Path, index: int, tree_ids: Sequence[str]) -> dict[str
                                             index + 1, path)
         return None
     return record
-

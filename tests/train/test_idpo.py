@@ -237,6 +237,8 @@ class TestCLI:
 
 # ---------------------------------------------------------------------- search rounds
 class _FakeTree:
+    nodes = ()
+
     def __init__(self, pairs: int):
         self.pairs = pairs
 
