@@ -34,7 +34,7 @@ from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, chat_messages
 from optima_envs.errors import OptimaError
 
 __all__ = ["SFTExample", "TemplateMaskError", "agent_view", "assistant_mask", "build_sft_examples",
-           "plain_system_prompts", "write_sft_dataset"]
+           "keep_start", "plain_system_prompts", "write_sft_dataset"]
 
 
 class TemplateMaskError(OptimaError, ValueError):
@@ -179,3 +179,15 @@ def write_sft_dataset(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> No
     tmp = path.with_name(f".{path.name}.tmp")
     pq.write_table(pa.Table.from_pylist(list(rows), schema=schema), tmp)
     os.replace(tmp, path)
+
+
+def keep_start(example: Mapping[str, Sequence[int]], max_length: int) -> dict[str, list[int]]:
+    """The first `max_length` tokens of a pre-tokenised example, ids and loss mask alike.
+
+    TRL truncates this way (`truncation_mode="keep_start"`) when it prepares padded batches, but
+    leaves padding-free batches to the caller, so the SFT step applies this first for them."""
+    if max_length < 1:
+        raise ValueError(f"max_length must be >= 1, got {max_length}")
+    return {"input_ids": list(example["input_ids"][:max_length]),
+            "assistant_masks": list(example["assistant_masks"][:max_length])}
+

@@ -72,7 +72,9 @@ def train_with(trainer_cls: Any, args_cls: Any, cfg: Any, init: str, folder: Pat
                method_args: Mapping[str, Any] | None = None, **trainer_kwargs: Any) -> TrainRun:
     """One training run of any TRL trainer on `dataset`, from the weights in `init`.
 
-    Builds `args_cls(**method_args, **training_args(cfg, folder, seed=seed))` and
+    Builds `args_cls` from `training_args(cfg, folder, seed=seed)` updated with `method_args` (the
+    method's own fields, which win over the shared ones, e.g. `max_length=None` for padding-free
+    SFT) and
     `trainer_cls(model, args, train_dataset, processing_class, peft_config, callbacks, **trainer_kwargs)`
     with LoRA from `cfg.lora` and TensorBoard logs in `folder/logs`, trains, then merges and saves
     `folder/checkpoint` and `folder/train.json` (`finish_training`). With `train.launcher: accelerate`
@@ -88,7 +90,7 @@ def train_with(trainer_cls: Any, args_cls: Any, cfg: Any, init: str, folder: Pat
     set_seed(seed)  # the LoRA initialisation draws from torch's global RNG
     tokenizer, model = load_for_training(init)
     peft_config = lora_config(cfg)
-    args = args_cls(**dict(method_args or {}), **training_args(cfg, folder, seed=seed))
+    args = args_cls(**{**training_args(cfg, folder, seed=seed), **dict(method_args or {})})
     writer = SummaryWriter(log_dir=str(folder / "logs"))
     try:
         trainer = trainer_cls(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
@@ -115,7 +117,7 @@ def launch_training(trainer_cls: Any, args_cls: Any, cfg: Any, init: str, folder
     launch.mkdir(parents=True, exist_ok=True)
     dataset.save_to_disk(str(launch / "dataset"))
     spec = {"trainer": _qualname(trainer_cls), "args_class": _qualname(args_cls),
-            "args": {**dict(method_args or {}), **training_args(cfg, folder, seed=seed)},
+            "args": {**training_args(cfg, folder, seed=seed), **dict(method_args or {})},
             "init": str(init), "folder": str(folder.resolve()), "seed": seed,
             "lora": dataclasses.asdict(cfg.lora) if cfg.lora.enabled else None, "trainer_kwargs": dict(trainer_kwargs)}
     atomic_write_json(launch / "spec.json", spec)

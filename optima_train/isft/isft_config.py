@@ -223,6 +223,11 @@ class TrainSection(TRLTrainSection):
     TRL_CONFIG = "SFTConfig"
     METHOD = "iSFT"
 
+    padding_free: bool = field(default=True, metadata=_help(
+        "Concatenate each batch into one row with restarting position ids (TRL's padding-free collator), so no "
+        "compute goes to pad tokens; the loss is the padded batches' (tests/train/test_padding_free.py). Examples "
+        "are cut to train.max_length first, keeping the start."))
+
 
 @dataclass
 class EvalSection:
@@ -277,7 +282,8 @@ class ISFTConfig:
     run: RunSection = field(default_factory=RunSection)
 
     #: Fields that may differ when resuming a run (everything else must match the stored config).
-    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", *SCHEDULING_KEYS, *launch_keys("train"))
+    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", "train.padding_free", *SCHEDULING_KEYS,
+                 *launch_keys("train"))
 
     def __post_init__(self) -> None:
         t = self.task

@@ -141,11 +141,17 @@ def train_sft(cfg: ISFTConfig, data: Path, init: str, folder: Path, *, seed: int
     import datasets
     from trl import SFTConfig, SFTTrainer
 
+    from optima_train.sft_data import keep_start
     from optima_train.trl_glue import quiet_progress, train_with
 
     quiet_progress(cfg)
     dataset = datasets.Dataset.from_parquet(str(data)).select_columns(["input_ids", "assistant_masks"])
-    run = train_with(SFTTrainer, SFTConfig, cfg, init, folder, dataset, seed=seed)
+    method_args: dict[str, Any] = {}
+    if cfg.train.padding_free:  # TRL cuts padded batches to max_length itself, padding-free ones not
+        dataset = dataset.map(keep_start, fn_kwargs={"max_length": cfg.train.max_length})
+        dataset = dataset.filter(lambda row: any(row["assistant_masks"]))  # as TRL drops rows cut to no loss
+        method_args = {"padding_free": True, "max_length": None}
+    run = train_with(SFTTrainer, SFTConfig, cfg, init, folder, dataset, seed=seed, method_args=method_args)
     losses = [h["loss"] for h in run.history if "loss" in h]
     return {"checkpoint": str(folder / "checkpoint"), "init": init, "examples": len(dataset),
             "steps": run.output.global_step, "train_loss": run.output.training_loss,

@@ -13,6 +13,7 @@ from optima_train.sft_data import (
     agent_view,
     assistant_mask,
     build_sft_examples,
+    keep_start,
     plain_system_prompts,
 )
 
@@ -139,3 +140,12 @@ class TestFromEpisodes:
         assert loss_segments(smollm_tokenizer, alice.input_ids, alice.assistant_masks) == [
             "What do you know, partner?<|im_end|>", "Kelo founded it. <A>Drai</A><|im_end|>"]
         assert alice.to_row()["instance_id"] == record.instance_id
+
+
+def test_keep_start_cuts_ids_and_loss_mask_at_the_same_token():
+    row = {"input_ids": [5, 6, 7, 8, 9], "assistant_masks": [0, 0, 1, 1, 1]}
+    assert keep_start(row, 3) == {"input_ids": [5, 6, 7], "assistant_masks": [0, 0, 1]}
+    assert keep_start(row, 10) == row
+    with pytest.raises(ValueError, match="max_length must be >= 1"):
+        keep_start(row, 0)
+

@@ -87,6 +87,22 @@ def test_sft_training_honours_model_device(cuda_present, no_model_loading, monke
     assert captured["use_cpu"] is True
 
 
+@pytest.mark.parametrize("padding_free, expected", [("true", {"padding_free": True, "max_length": None}),
+                                                     ("false", {"max_length": 1024})])
+def test_sft_batches_are_padding_free_unless_turned_off(no_model_loading, monkeypatch, tmp_path, padding_free,
+                                                          expected):
+    import datasets
+
+    from optima_train.isft.isft_trainer import train_sft
+
+    monkeypatch.setattr(datasets.Dataset, "from_parquet", lambda *a, **k: _Anything())
+    captured = _capture(monkeypatch, "SFTConfig")
+    cfg = load_config(ISFTConfig, None, ["model.device=cpu", f"train.padding_free={padding_free}"])
+    with pytest.raises(_Stop):
+        train_sft(cfg, Path("sft.parquet"), "init", tmp_path, seed=1)
+    assert {k: captured.get(k, False) for k in ("padding_free", "max_length")} == {"padding_free": False, **expected}
+
+
 class _OneStepLoop:
     """An `IterativeTrainer` whose iteration only records torch's thread count."""
 
