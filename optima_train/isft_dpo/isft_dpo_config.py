@@ -93,7 +93,8 @@ class ISFTDPOConfig:
     run: ISFTDPORunSection = field(default_factory=ISFTDPORunSection)
 
     #: Fields that may differ when resuming a run (everything else must match the stored config).
-    RESUMABLE = ("cycles.count", "run.progress", "run.num_threads", *SCHEDULING_KEYS, *launch_keys("sft", "dpo"))
+    RESUMABLE = ("cycles.count", "run.progress", "run.num_threads", "sft.padding_free", *SCHEDULING_KEYS,
+                 *launch_keys("sft", "dpo"))
 
     def __post_init__(self) -> None:
         check_question_ranges(self.task, self.eval, self.task.train_first_index,

@@ -240,6 +240,15 @@ class TestRunDir:
         with pytest.raises(ConfigError, match=re.escape("train.learning_rate: 0.0002 -> 0.1")):
             run.check_config(other, may_change=ISFTConfig.RESUMABLE)
 
+    def test_a_run_made_before_padding_free_batches_resumes(self, tmp_path):
+        """Padding-free batches change how SFT batches are laid out, not the loss, so a run whose
+        stored config predates `train.padding_free` resumes with it on."""
+        run = RunDir(tmp_path)
+        cfg = config_to_dict(ISFTConfig())
+        older = {**cfg, "train": {k: v for k, v in cfg["train"].items() if k != "padding_free"}}
+        assert run.check_config(older, may_change=ISFTConfig.RESUMABLE) is False
+        assert run.check_config(cfg, may_change=ISFTConfig.RESUMABLE) is True
+
     def test_lock(self, tmp_path):
         run = RunDir(tmp_path)
         sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
