@@ -3,16 +3,17 @@
 Each git ref is checked out in its own worktree and plays iteration 0 of the same config with
 the same overrides, in its own run directory, on the interpreter running this script. The
 report takes each step's seconds from its `DONE.json` (generation, scoring, selection,
-training) and gives the iteration without evaluation and the after/before ratio per step. The
-loops always evaluate their last iteration, so evaluation runs on one held-out dialogue and is
-left out of the sum.
+training) and gives the iteration without evaluation and, for every later ref, the ratio to the
+first ref per step; the target is judged on the last ref. The loops always evaluate their last
+iteration, so evaluation runs on one held-out dialogue and is left out of the sum.
 
     python benchmarks/iteration_time.py                        # BEFORE against HEAD
-    python benchmarks/iteration_time.py --refs abc123,HEAD --set model.dtype=float32
+    python benchmarks/iteration_time.py --refs abc123,def456,HEAD --set model.dtype=float32
 
 Run directories live under `runs/iteration_time/<name>/<commit>/`, so a killed benchmark resumes:
-finished steps are not rerun and keep their measured time. Both refs should run on an idle
-machine in one invocation; the figures are one run per ref.
+finished steps are not rerun and keep their measured time, and a finished iteration is read
+back with the wall time and load recorded when it ran (`timing.json` beside its run directory).
+The refs should run on an idle machine; the figures are one run per ref.
 
 Writes `benchmarks/results/iteration_time.json` and `.md` (`--name` for another name, e.g. a
 smoke run of `configs/isft/synth_hop_smoke.yaml`).
@@ -66,26 +67,40 @@ def ratios(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, flo
     return out
 
 
+def _label(run: Mapping[str, Any]) -> str:
+    return f"{run['ref']} ({run['commit'][:8]})"
+
+
 def markdown(payload: Mapping[str, Any], command: str) -> str:
-    """The before/after table and the target, from the written record."""
-    before, after = payload["runs"]
-    r = ratios(before, after)
-    head = f"| step | {before['ref']} ({before['commit'][:8]}) | {after['ref']} ({after['commit'][:8]}) | after / before |"
+    """The step table of every ref, each later ref's ratio to the first, and the target (judged
+    on the last ref), from the written record."""
+    first, *later = payload["runs"]
+    rs = [ratios(first, run) for run in later]
+    head = "| step | " + " | ".join(_label(run) for run in payload["runs"]) + " | " + " | ".join(
+        f"{run['ref']} / {first['ref']}" for run in later) + " |"
     lines = ["# One iSFT iteration, before and after", "",
              f"Made by: `{command}`. Config `{payload['config']}`"
              + (f" with {', '.join(f'`{s}`' for s in payload['overrides'])}" if payload["overrides"] else "")
              + f"; iteration 0 without evaluation; one run per ref, one after the other. "
              f"Machine: {payload['machine']['cpus']} CPUs, capability `{payload['cpu']['cpu_capability']}`, "
              f"native bf16: {payload['cpu']['native_bf16']}.", "",
-             head, "|---|---|---|---|"]
+             head, "|---" * (1 + len(payload["runs"]) + len(later)) + "|"]
     for step in STEPS:
-        ratio = f"{r[step]:.2f}x" if step in r else "n/a"
-        lines.append(f"| {step} | {before['seconds'][step]:.0f} s | {after['seconds'][step]:.0f} s | {ratio} |")
-    lines.append(f"| **iteration** | **{before['total_s']:.0f} s** | **{after['total_s']:.0f} s** | **{r['total']:.2f}x** |")
-    lines.append(f"| generated tokens | {before['generated_tokens']} | {after['generated_tokens']} | |")
-    met = "met" if r["total"] <= TARGET_RATIO else "not met"
-    lines += ["", f"Target: the iteration at most {TARGET_RATIO}x the before time: **{met}** ({r['total']:.2f}x)."]
+        times = " | ".join(f"{run['seconds'][step]:.0f} s" for run in payload["runs"])
+        ratio = " | ".join(f"{r[step]:.2f}x" if step in r else "n/a" for r in rs)
+        lines.append(f"| {step} | {times} | {ratio} |")
+    totals = " | ".join(f"**{run['total_s']:.0f} s**" for run in payload["runs"])
+    lines.append(f"| **iteration** | {totals} | " + " | ".join(f"**{r['total']:.2f}x**" for r in rs) + " |")
+    lines.append("| generated tokens | " + " | ".join(str(run["generated_tokens"]) for run in payload["runs"])
+                 + " |" + " |" * len(later))
+    last = rs[-1]["total"]
+    met = "met" if last <= TARGET_RATIO else "not met"
+    lines += ["", f"Target: the iteration at most {TARGET_RATIO}x the before time: **{met}** ({last:.2f}x, "
+              f"{later[-1]['ref']} against {first['ref']})."]
     for run in payload["runs"]:
+        if run.get("wall_s") is None:
+            lines.append(f"- `{run['ref']}`: read back from an earlier invocation that recorded no wall time.")
+            continue
         lines.append(f"- `{run['ref']}`: 1-minute load average {run['load_before']:.1f} at its start; "
                      f"wall time {run['wall_s'] / 60:.1f} min with the one-dialogue evaluation and engine starts.")
     return "\n".join(lines) + "\n"
@@ -99,7 +114,9 @@ def run_ref(ref: str, config: str, overrides: Sequence[str], work: Path) -> dict
     """Iteration 0 of `config` at `ref`, in a worktree of its own under `work`; resumed if its run
     dir exists."""
     commit = git("rev-parse", f"{ref}^{{commit}}")
-    tree, run_dir = work / commit / "tree", work / commit / "run"
+    tree, run_dir, timing = work / commit / "tree", work / commit / "run", work / commit / "timing.json"
+    if timing.exists():  # finished by an earlier invocation: its figures, not a rerun's
+        return {"ref": ref, "commit": commit, **json.loads(timing.read_text()), **breakdown(run_dir)}
     if tree.exists():  # left by a killed run
         git("worktree", "remove", "--force", str(tree))
     git("worktree", "add", "--detach", str(tree), commit)
@@ -115,8 +132,10 @@ def run_ref(ref: str, config: str, overrides: Sequence[str], work: Path) -> dict
         subprocess.run(cmd, cwd=tree, env=env, check=True)
     finally:  # the run dir is what resumes; the checkout is only the code
         git("worktree", "remove", "--force", str(tree))
-    return {"ref": ref, "commit": commit, "load_before": load, "wall_s": round(time.perf_counter() - start, 1),
-            **breakdown(run_dir)}
+    measured = {"load_before": load, "wall_s": round(time.perf_counter() - start, 1)}
+    result = {"ref": ref, "commit": commit, **measured, **breakdown(run_dir)}
+    timing.write_text(json.dumps(measured) + "\n")
+    return result
 
 
 def cpu() -> dict[str, Any]:
@@ -130,7 +149,8 @@ def cpu() -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--refs", default=f"{BEFORE},HEAD", help="before,after git refs (default: %(default)s)")
+    parser.add_argument("--refs", default=f"{BEFORE},HEAD",
+                        help="git refs, the before first, the after last (default: %(default)s)")
     parser.add_argument("--config", default=CONFIG, help="config path, relative to the repository (same at both refs)")
     parser.add_argument("--set", action="append", default=[], dest="overrides", help="section.field=value, both refs")
     parser.add_argument("--name", default=NAME, help="result file name under benchmarks/results (default: %(default)s)")
@@ -142,11 +162,11 @@ def main() -> None:
         (RESULTS / f"{args.name}.md").write_text(markdown(payload, payload["command"]))
         return
     refs = args.refs.split(",")
-    if len(refs) != 2:
-        parser.error(f"--refs takes two refs, before,after; got {args.refs!r}")
+    if len(refs) < 2:
+        parser.error(f"--refs takes at least two refs, the before first; got {args.refs!r}")
     runs = [run_ref(ref, args.config, args.overrides, WORK / args.name) for ref in refs]
     payload = {"command": command, "config": args.config, "overrides": args.overrides, "cpu": cpu(), "runs": runs,
-               "ratios": ratios(*runs)}
+               "ratios": [ratios(runs[0], run) for run in runs[1:]]}
     write_result(args.name, payload)
     (RESULTS / f"{args.name}.md").write_text(markdown({**payload, "machine": machine()}, command))
     print((RESULTS / f"{args.name}.md").read_text())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.iteration_time import breakdown, markdown, ratios
+from benchmarks.iteration_time import breakdown, git, markdown, ratios, run_ref
 
 
 def fake_run(root: Path, seconds: dict[str, float], tokens: int = 8000) -> Path:
@@ -52,8 +52,31 @@ def test_report_marks_the_target(tmp_path):
     text = markdown(payload, command="python benchmarks/iteration_time.py")
     assert "| generation | 600 s | 250 s | 0.42x |" in text
     assert "| **iteration** | **1001 s** | **451 s** | **0.45x** |" in text
-    assert "at most 0.5x the before time: **met** (0.45x)" in text
+    assert "at most 0.5x the before time: **met** (0.45x, HEAD against 42aece1)" in text
     assert "`model.dtype=float32`" in text and "capability `AVX2`" in text
 
     slower = record("HEAD", "f" * 40, breakdown(fake_run(tmp_path / "c", steps(600, 100, 1, 200))))
-    assert "**not met** (0.90x)" in markdown({**payload, "runs": [before, slower]}, command="x")
+    assert "**not met** (0.90x, HEAD against 42aece1)" in markdown({**payload, "runs": [before, slower]}, command="x")
+
+
+def test_every_later_ref_is_compared_with_the_first_and_the_last_judged(tmp_path):
+    before = record("42aece1", "a" * 40, breakdown(fake_run(tmp_path / "a", steps(600, 100, 1, 300))))
+    middle = record("padded", "b" * 40, breakdown(fake_run(tmp_path / "b", steps(300, 100, 1, 300))))
+    after = {**record("HEAD", "c" * 40, breakdown(fake_run(tmp_path / "c", steps(300, 100, 1, 99)))), "wall_s": None}
+    payload = {"config": "c.yaml", "overrides": [], "runs": [before, middle, after], "machine": {"cpus": 2},
+               "cpu": {"cpu_capability": "AVX512", "native_bf16": True}}
+    text = markdown(payload, command="x")
+    assert "| step | 42aece1 (aaaaaaaa) | padded (bbbbbbbb) | HEAD (cccccccc) | padded / 42aece1 | HEAD / 42aece1 |" in text
+    assert "| training | 300 s | 300 s | 99 s | 1.00x | 0.33x |" in text
+    assert "| **iteration** | **1001 s** | **701 s** | **500 s** | **0.70x** | **0.50x** |" in text
+    assert "**met** (0.50x, HEAD against 42aece1)" in text
+    assert "`HEAD`: read back from an earlier invocation that recorded no wall time" in text
+
+
+def test_a_finished_ref_is_read_back_with_the_timing_it_recorded(tmp_path):
+    commit = git("rev-parse", "HEAD^{commit}")
+    fake_run(tmp_path / commit / "run", steps(600, 100, 1, 300))
+    (tmp_path / commit / "timing.json").write_text(json.dumps({"load_before": 0.4, "wall_s": 1234.5}))
+    result = run_ref("HEAD", "unused.yaml", [], tmp_path)  # nothing is checked out or run
+    assert (result["commit"], result["wall_s"], result["load_before"], result["total_s"]) == (commit, 1234.5, 0.4, 1001.0)
+    assert not (tmp_path / commit / "tree").exists()
