@@ -190,4 +190,3 @@ def keep_start(example: Mapping[str, Sequence[int]], max_length: int) -> dict[st
         raise ValueError(f"max_length must be >= 1, got {max_length}")
     return {"input_ids": list(example["input_ids"][:max_length]),
             "assistant_masks": list(example["assistant_masks"][:max_length])}
-
