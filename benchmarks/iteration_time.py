@@ -117,6 +117,8 @@ def run_ref(ref: str, config: str, overrides: Sequence[str], work: Path) -> dict
     tree, run_dir, timing = work / commit / "tree", work / commit / "run", work / commit / "timing.json"
     if timing.exists():  # finished by an earlier invocation: its figures, not a rerun's
         return {"ref": ref, "commit": commit, **json.loads(timing.read_text()), **breakdown(run_dir)}
+    if all(RunDir(run_dir).is_done(0, step) for step in STEPS):  # finished, timing not kept: a rerun would time nothing
+        return {"ref": ref, "commit": commit, "load_before": None, "wall_s": None, **breakdown(run_dir)}
     if tree.exists():  # left by a killed run
         git("worktree", "remove", "--force", str(tree))
     git("worktree", "add", "--detach", str(tree), commit)

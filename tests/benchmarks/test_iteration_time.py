@@ -80,3 +80,12 @@ def test_a_finished_ref_is_read_back_with_the_timing_it_recorded(tmp_path):
     result = run_ref("HEAD", "unused.yaml", [], tmp_path)  # nothing is checked out or run
     assert (result["commit"], result["wall_s"], result["load_before"], result["total_s"]) == (commit, 1234.5, 0.4, 1001.0)
     assert not (tmp_path / commit / "tree").exists()
+
+
+def test_a_finished_ref_without_recorded_timing_is_read_back_without_a_wall_time(tmp_path):
+    commit = git("rev-parse", "HEAD^{commit}")
+    fake_run(tmp_path / commit / "run", steps(600, 100, 1, 300))
+    result = run_ref("HEAD", "unused.yaml", [], tmp_path)  # nothing is checked out or run
+    assert (result["wall_s"], result["load_before"], result["total_s"]) == (None, None, 1001.0)
+    assert not (tmp_path / commit / "tree").exists()
+

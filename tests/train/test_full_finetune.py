@@ -5,19 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from optima_train.config_io import load_config
-from tests.train.tiny_model import build_tiny_model, write_tiny_sft_data
+from tests.train.tiny_model import write_tiny_sft_data
 
 FAST = ["model.device=cpu", "lora.enabled=false", "train.max_steps=2", "train.per_device_train_batch_size=2",
         "train.gradient_accumulation_steps=1", "train.bf16=false", "train.learning_rate=1e-2",
         "train.lr_scheduler_type=constant", "train.warmup_steps=0", "train.max_length=64", "run.progress=false"]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
 def _weights(folder: Path) -> dict:
