@@ -8,10 +8,12 @@ Where a metric deliberately departs from the official script it follows, its doc
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 
 from optima_envs.errors import ConfigError, ScoringError
 from optima_envs.scoring import _math_client
@@ -129,15 +131,66 @@ def max_over_aliases(metric: Callable[[str, str], float], prediction: str,
     return max(metric(prediction, gold) for gold in golds)
 
 
+_NUM = r"\d+(?:,\d{3})*(?:\.\d+)?"
+_OPERAND = rf"\(*\s*[-+]?\s*{_NUM}\s*\)*"
+_EXPRESSION = re.compile(rf"\s*{_OPERAND}(?:\s*[-+*/]\s*{_OPERAND})+")
+_OPERATORS = {"\\times": "*", "\\cdot": "*", "\\div": "/", "×": "*", "÷": "/", "−": "-"}
+_MAX_EXPRESSION_CHARS = 200
+
+
+def _arithmetic_value(text: str) -> Number | None:
+    """The value of the arithmetic expression `text` starts with ("2 * 17 + 32 apples" is 66),
+    or None when it starts with a single number or with no well-formed expression.
+
+    Only numbers, + - * / and parentheses are evaluated (through `ast`, never `eval`), exactly
+    in fractions; a division by zero is None."""
+    for sign, op in _OPERATORS.items():
+        text = text.replace(sign, op)
+    match = _EXPRESSION.match(text)
+    if match is None or len(match.group()) > _MAX_EXPRESSION_CHARS:
+        return None
+    try:
+        exact = _evaluate(ast.parse(match.group().strip().replace(",", ""), mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError):
+        return None
+    try:
+        value = float(exact)
+    except OverflowError:
+        value = math.copysign(math.inf, exact)
+    return Number(value, exact)
+
+
+def _evaluate(node: ast.AST) -> Fraction:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return Fraction(repr(node.value))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
+        value = _evaluate(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _BINARY[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+    raise ValueError(f"not plain arithmetic: {ast.dump(node)[:80]}")
+
+
+_BINARY: dict[type, Callable[[Fraction, Fraction], Fraction]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
+}
+
+
 def _final_number(answer: str) -> Number | None:
-    return read_number(answer.rpartition("=")[2])
+    """The result of the answer's final equation: its right side's arithmetic, evaluated, or
+    else the right side's first number."""
+    right = answer.rpartition("=")[2]
+    return _arithmetic_value(right) or read_number(right)
 
 
 def numeric_match(prediction: str, gold: str) -> float:
     """1.0 if the answers' final numbers are equal (GSM8K-style numeric exact match).
 
     The final number is the first number after the last "=", so an equation is read by its
-    result ("5 + 3 = 18" is 18), as math-verify and the reference Optima parser read it. Unlike
+    result ("5 + 3 = 18" is 18), as math-verify and the reference Optima parser read it; an
+    unevaluated expression there is read by its value, as math-verify reads it ("2 * 17 + 32"
+    is 66, not 2; "10 - 12 minutes", a range, reads as -2). Unlike
     GSM8K's string check, numbers compare by value ("$18.00" matches "18"): integers exactly,
     non-integers within 1e-6 relative. A prediction without a number is a wrong answer (0.0).
     See `parse_number` for the formats.

@@ -201,6 +201,18 @@ class TestNumericMatch:
                                                       expected: float) -> None:
         assert numeric_match(prediction, "18") == expected
 
+    @pytest.mark.parametrize(
+        ("prediction", "gold", "expected"),
+        [("2 * 17 + 32", "66", 1.0), ("2 * 17 + 32", "2", 0.0),  # its value, not its first operand
+         ("2 * 17 + 32 stickers.", "66", 1.0), ("(2 + 3) * 4 dollars", "20", 1.0),
+         ("1,000 + 5", "1005", 1.0), ("2 \\times 9", "18", 1.0), ("3 ÷ 4", "0.75", 1.0),
+         ("0.1 + 0.2", "0.3", 1.0),  # exact fractions, no float drift
+         ("x = 5 - 2 apples", "3", 1.0), ("18 - that is my answer", "18", 1.0),  # no second number
+         ("2 * (3", "2", 1.0), ("5/0 + 1", "1", 0.0)],  # malformed: the first number, or none
+    )
+    def test_evaluates_an_unevaluated_expression(self, prediction: str, gold: str, expected: float) -> None:
+        assert numeric_match(prediction, gold) == expected
+
 
 class TestChoiceMatch:
     OPTIONS = {"A": "Paris", "B": "London", "C": "A dog", "D": "Rome"}
