@@ -22,7 +22,7 @@ from optima_envs.scoring.normalize import (
     parse_bare_number,
     parse_number,
 )
-from optima_envs.scoring.result import Extractor, Metric, ScoreResult, score_response
+from optima_envs.scoring.result import Extractor, Metric, ScoreResult, score_answer, score_response
 
 __all__ = [
     "Extraction",
@@ -41,6 +41,7 @@ __all__ = [
     "numeric_match",
     "parse_bare_number",
     "parse_number",
+    "score_answer",
     "score_response",
     "token_f1",
     "triviaqa_f1",

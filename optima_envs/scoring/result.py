@@ -15,7 +15,7 @@ from typing import Any
 from optima_envs.errors import ScoringError
 from optima_envs.scoring.extract import Extraction
 
-__all__ = ["Extractor", "Metric", "ScoreResult", "score_response"]
+__all__ = ["Extractor", "Metric", "ScoreResult", "score_answer", "score_response"]
 
 Extractor = Callable[[str], Extraction]
 """Maps a whole message to its `Extraction` (answer `None` when there is none, never blank);
@@ -70,13 +70,19 @@ def score_response(text: str, gold: Any, *, extractor: Extractor, metric: Metric
         The `ScoreResult`.
     """
     extraction = extractor(text)
-    base = {"answer": extraction.answer, "extraction_method": extraction.method,
-            "fallback": extraction.fallback}
-    if extraction.answer is None:
-        return ScoreResult(score=0.0, ok=True, error=None, **base)
+    score, error = score_answer(extraction.answer, gold, metric=metric)
+    return ScoreResult(score=score, ok=error is None, error=error, answer=extraction.answer,
+                       extraction_method=extraction.method, fallback=extraction.fallback)
+
+
+def score_answer(answer: str | None, gold: Any, *, metric: Metric) -> tuple[float | None, str | None]:
+    """The metric on an answer already extracted: `(score, None)`, `(0.0, None)` for no answer,
+    or `(None, error)` when the metric cannot score it (`ScoringError`, `TimeoutError`).
+
+    Also what re-scores a stored answer when a metric changes, with no model run again."""
+    if answer is None:
+        return 0.0, None
     try:
-        score = float(metric(extraction.answer, gold))
+        return float(metric(answer, gold)), None
     except (ScoringError, TimeoutError) as error:
-        message = f"{type(error).__name__}: {error}"
-        return ScoreResult(score=None, ok=False, error=message, **base)
-    return ScoreResult(score=score, ok=True, error=None, **base)
+        return None, f"{type(error).__name__}: {error}"

@@ -74,6 +74,8 @@ def leaderboard(
     out: Path = typer.Option(Path("benchmarks/results/leaderboard"), "--out", help="Cells and reports folder."),
     chunk: int = typer.Option(50, "--chunk", min=1, help="Questions per resumable chunk."),
     plan: bool = typer.Option(False, "--plan", help="List the cells (cached or to compute) and exit."),
+    rescore: bool = typer.Option(False, "--rescore", help="Run no model: score the cached cells' stored answers "
+                                 "again with the current metrics (after a metric fix); skip cells not on disk."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Compare systems x tasks x models: score against tokens per question, cached per cell."""
@@ -87,7 +89,8 @@ def leaderboard(
             tasks=task_list, systems=_csv(systems), models=model, backend=backend, base_urls=base_url, dtype=dtype,
             questions=questions, seed=seed, first_index=first_index, max_new_tokens=max_new_tokens,
             max_turns=max_turns, env_kwargs=_task_sets(task_set, task_list),
-            scaling=[int(k) for k in _csv(scaling)], output_dir=str(out), chunk=chunk, progress=progress)
+            scaling=[int(k) for k in _csv(scaling)], output_dir=str(out), chunk=chunk, progress=progress,
+            rescore=rescore)
         if plan:
             for cell in plan_cells(config):
                 state = "cached" if cell.path(out).exists() else "to compute"
@@ -101,6 +104,11 @@ def leaderboard(
     except OptimaError as error:
         err.print(f"[red]error:[/red] {escape(str(error))}")
         raise typer.Exit(2) from None
+    if rescore:  # the rows keep the commands that computed them
+        paths = write_reports([], out, every_task=True)
+        console.print(f"[bold]cells[/]: {len(run.rescored)} of {len(run.cached)} cached re-scored with a changed "
+                      f"score, {len(run.skipped)} not on disk; reports in {out} ({len(paths)} files)")
+        return
     paths = write_reports(run.results, out, command=made_by(sys.argv[1:], os.environ))
     console.print(f"[bold]cells[/]: {len(run.computed)} computed, {len(run.derived)} derived (scaling), "
                   f"{len(run.cached)} cached; reports in {out} ({len(paths)} files)")

@@ -25,7 +25,7 @@ from optima_train.run_dir import atomic_write_json
 
 __all__ = [
     "Cell", "CellResult", "HeldOut", "ModelSpec", "Partial", "append_partial", "content_digest", "read_cell",
-    "read_partial", "summarize_outcomes", "system_spec", "write_cell",
+    "read_partial", "rewrite_cell", "summarize_outcomes", "system_spec", "write_cell",
 ]
 
 
@@ -205,6 +205,17 @@ def write_cell(cell: Cell, root: Path, outcomes: Sequence[Outcome], *, seconds: 
     atomic_write_json(path, {"cell": description, "summary": summary, "outcomes": [o.to_dict() for o in ordered]})
     cell.partial_path(root).unlink(missing_ok=True)
     return CellResult(description, summary, ordered, path)
+
+
+def rewrite_cell(result: CellResult, outcomes: Sequence[Outcome]) -> CellResult:
+    """Store a finished cell's outcomes again (re-scored), keeping what the cell is and how it
+    was computed, and noting when it was re-scored."""
+    ordered = tuple(sorted(outcomes, key=lambda o: o.position))
+    description = {**result.description, "rescored": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    summary = summarize_outcomes(ordered)
+    atomic_write_json(result.path, {"cell": description, "summary": summary,
+                                    "outcomes": [o.to_dict() for o in ordered]})
+    return CellResult(description, summary, ordered, result.path)
 
 
 def read_cell(path: Path) -> CellResult:

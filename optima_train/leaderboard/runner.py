@@ -36,8 +36,10 @@ from optima_train.leaderboard.cells import (
     append_partial,
     read_cell,
     read_partial,
+    rewrite_cell,
     write_cell,
 )
+from optima_train.leaderboard.rescore import rescore_outcomes
 
 __all__ = ["LeaderboardConfig", "LeaderboardRun", "parse_model", "plan_cells", "run_leaderboard"]
 
@@ -54,6 +56,8 @@ class LeaderboardConfig:
     model (its own label); a model is a registry name, a folder (e.g. a trained checkpoint: a
     transfer cell is a checkpoint of one task on another task) or a hub id, or a served name on
     the openai backend. env_kwargs: per task, extra `optima_envs.make` kwargs (e.g. data_dir).
+    rescore: run no model; score every cached cell's stored answers again with the task's
+    current metric (after a metric is corrected) and skip the cells not on disk.
     """
 
     tasks: Sequence[str]
@@ -72,6 +76,7 @@ class LeaderboardConfig:
     output_dir: str = "benchmarks/results/leaderboard"
     chunk: int = 50
     progress: bool = False
+    rescore: bool = False
 
     def __post_init__(self) -> None:
         import optima_envs
@@ -162,6 +167,8 @@ class LeaderboardRun:
     computed: list[str] = field(default_factory=list)
     derived: list[str] = field(default_factory=list)
     cached: list[str] = field(default_factory=list)
+    rescored: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
 
 def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory | None = None,
@@ -170,6 +177,7 @@ def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory 
     root = Path(config.output_dir)
     run = LeaderboardRun()
     questions: dict[str, list] = {}
+    golds: dict[str, tuple[Mapping[int, Any], Any]] = {}
     cells = plan_cells(config)
     for model, model_cells in _by_model(cells):
         policy = None
@@ -178,8 +186,15 @@ def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory 
                 path = cell.path(root)
                 name = f"{cell.heldout.env_id} / {cell.system.name} {cell.system.settings()} / {model.label}"
                 if path.exists():
-                    run.results.append(read_cell(path))
+                    result = read_cell(path)
+                    if config.rescore:
+                        result = _rescore_cell(result, cell, golds, run, name, log)
+                    run.results.append(result)
                     run.cached.append(name)
+                    continue
+                if config.rescore:
+                    run.skipped.append(name)
+                    log(f"not on disk, not computed (rescore only): {name}")
                     continue
                 source = _prefix_source(cell, root)
                 if source is not None:
@@ -204,6 +219,25 @@ def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory 
             if policy is not None and capabilities_of(policy).close:
                 policy.close()
     return run
+
+
+def _rescore_cell(result: CellResult, cell: Cell, golds: dict[str, tuple[Mapping[int, Any], Any]],
+                  run: LeaderboardRun, name: str, log: Callable[[str], None]) -> CellResult:
+    """`result` with its answers scored again by the task's metric; rewritten only if a score moved."""
+    import optima_envs
+
+    h = cell.heldout
+    where = json.dumps(h.describe(), sort_keys=True)
+    if where not in golds:
+        held = heldout_questions(h.env_id, h.env_kwargs, count=h.count, seed=h.seed, first_index=h.first_index)
+        golds[where] = ({q.position: q.instance for q in held}, optima_envs.make(h.env_id, **h.env_kwargs).task.metric)
+    instances, metric = golds[where]
+    outcomes, changed = rescore_outcomes(result.outcomes, instances, metric)
+    if not changed:
+        return result
+    run.rescored.append(name)
+    log(f"rescored {name}: {changed} question(s) changed score")
+    return rewrite_cell(result, outcomes)
 
 
 def _compute(cell: Cell, root: Path, questions: list, policy: Any, config: LeaderboardConfig,

@@ -316,3 +316,32 @@ def test_an_api_model_takes_part_through_an_openai_compatible_server(tmp_path, s
     second = CliRunner().invoke(app, args)
     assert second.exit_code == 0 and "0 computed, 0 derived (scaling), 2 cached" in second.output
     assert len(stub.received) == 6
+
+
+def _no_model(model):
+    raise AssertionError("a rescore must run no model")
+
+
+def test_rescore_rewrites_stale_scores_from_the_stored_answers(tmp_path, gold):
+    first = run_leaderboard(_config(tmp_path, systems=["cot", "sc:k=4"]), policy_factory=_factory(gold, []),
+                            log=lambda _: None)
+    for result in first.results:  # as an older, lenient metric would have scored them: all right
+        data = json.loads(result.path.read_text())
+        for outcome in data["outcomes"]:
+            for item in [outcome, *outcome["samples"]]:
+                item["score"] = 1.0
+        data["summary"]["score"]["mean"] = 1.0
+        result.path.write_text(json.dumps(data))
+    lines: list[str] = []
+    run = run_leaderboard(_config(tmp_path, systems=["cot", "sc:k=4", "mas"], rescore=True),
+                          policy_factory=_no_model, log=lines.append)
+    assert len(run.rescored) == 2 and len(run.skipped) == 1 and not run.computed
+    assert any(line.startswith("not on disk, not computed (rescore only): synth-hop-ia / mas") for line in lines)
+    assert [r.summary for r in run.results] == [r.summary for r in first.results]
+    assert [o.to_dict() for r in run.results for o in r.outcomes] == \
+        [o.to_dict() for r in first.results for o in r.outcomes]
+    assert all("rescored" in r.description and r.description["key"] == f.description["key"]
+               for r, f in zip(run.results, first.results))
+    again = run_leaderboard(_config(tmp_path, systems=["cot", "sc:k=4"], rescore=True),
+                            policy_factory=_no_model, log=lambda _: None)
+    assert not again.rescored and len(again.cached) == 2
