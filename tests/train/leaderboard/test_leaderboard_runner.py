@@ -267,6 +267,9 @@ def test_the_command_on_the_embedded_model(tmp_path, embedded_model_dir):
     board = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
     assert {c["system"] for c in board["cells"]} == {"cot", "mas"}
     assert all(c["counts"]["questions"] == 2 and c["tokens"]["mean"] > 0 for c in board["cells"])
+    rescore = CliRunner().invoke(app, [*args, "--rescore"])
+    assert rescore.exit_code == 0 and "0 of 2 cached re-scored with a changed score, 0 not on disk" in rescore.output
+    assert json.loads((tmp_path / "board" / "leaderboard.json").read_text()) == board  # commands kept
 
 
 def test_tasks_are_played_on_their_heldout_split(tmp_path):
