@@ -223,7 +223,8 @@ def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory 
 
 def _rescore_cell(result: CellResult, cell: Cell, golds: dict[str, tuple[Mapping[int, Any], Any]],
                   run: LeaderboardRun, name: str, log: Callable[[str], None]) -> CellResult:
-    """`result` with its answers scored again by the task's metric; rewritten only if a score moved."""
+    """`result` with its answers scored again by the task's metric; rewritten only if a score
+    moved (a sample's too: smaller-k cells are read off the samples)."""
     import optima_envs
 
     h = cell.heldout
@@ -233,10 +234,10 @@ def _rescore_cell(result: CellResult, cell: Cell, golds: dict[str, tuple[Mapping
         golds[where] = ({q.position: q.instance for q in held}, optima_envs.make(h.env_id, **h.env_kwargs).task.metric)
     instances, metric = golds[where]
     outcomes, changed = rescore_outcomes(result.outcomes, instances, metric)
-    if not changed:
+    if outcomes == list(result.outcomes):
         return result
     run.rescored.append(name)
-    log(f"rescored {name}: {changed} question(s) changed score")
+    log(f"rescored {name}: {changed} question(s) changed final score")
     return rewrite_cell(result, outcomes)
 
 

@@ -27,3 +27,10 @@ def test_outcomes_and_samples_are_scored_again_and_changes_counted():
     assert rescored[2] == outcomes[2]  # an infra failure stays one, never scored
     assert (rescored[3].score, rescored[3].score_ok) == (None, False)
     assert rescored[3].score_error == "ScoringError: gold cannot be read"
+
+
+def test_a_sample_alone_can_change():
+    outcome = Outcome(0, "q0", "6", 1.0, True, 9, samples=(Sample("6", 1.0, True, 4), Sample("2 * 3", 1.0, True, 5)))
+    rescored, changed = rescore_outcomes([outcome], {0: "6"}, strict)
+    assert changed == 0 and rescored != [outcome]  # the final score holds, a sample's does not
+    assert [s.score for s in rescored[0].samples] == [1.0, 0.0]
