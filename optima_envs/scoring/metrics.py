@@ -160,6 +160,12 @@ def _arithmetic_value(text: str) -> Number | None:
     return Number(value, exact)
 
 
+_BINARY: dict[type, Callable[[Fraction, Fraction], Fraction]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
+}
+
+
 def _evaluate(node: ast.AST) -> Fraction:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
         return Fraction(repr(node.value))
@@ -169,12 +175,6 @@ def _evaluate(node: ast.AST) -> Fraction:
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         return _BINARY[type(node.op)](_evaluate(node.left), _evaluate(node.right))
     raise ValueError(f"not plain arithmetic: {ast.dump(node)[:80]}")
-
-
-_BINARY: dict[type, Callable[[Fraction, Fraction], Fraction]] = {
-    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
-}
 
 
 def _final_number(answer: str) -> Number | None:

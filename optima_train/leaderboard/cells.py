@@ -195,27 +195,28 @@ def append_partial(path: Path, outcomes: Sequence[Outcome], *, seconds: float) -
 def write_cell(cell: Cell, root: Path, outcomes: Sequence[Outcome], *, seconds: float,
                derived_from: str | None = None) -> CellResult:
     """Store a finished cell atomically and drop its partial file."""
-    ordered = tuple(sorted(outcomes, key=lambda o: o.position))
     description = {**cell.identity, "key": cell.key, "label": cell.model.label,
                    "system_spec": system_spec(cell.system), "seconds": round(seconds, 1),
                    "derived_from": derived_from, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    summary = summarize_outcomes(ordered)
     path = cell.path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, {"cell": description, "summary": summary, "outcomes": [o.to_dict() for o in ordered]})
+    result = _store(path, description, outcomes)
     cell.partial_path(root).unlink(missing_ok=True)
-    return CellResult(description, summary, ordered, path)
+    return result
 
 
 def rewrite_cell(result: CellResult, outcomes: Sequence[Outcome]) -> CellResult:
     """Store a finished cell's outcomes again (re-scored), keeping what the cell is and how it
     was computed, and noting when it was re-scored."""
+    return _store(result.path, {**result.description, "rescored": time.strftime("%Y-%m-%dT%H:%M:%S")}, outcomes)
+
+
+def _store(path: Path, description: Mapping[str, Any], outcomes: Sequence[Outcome]) -> CellResult:
+    """Write a cell atomically: its description, the summary of its outcomes, the outcomes by position."""
     ordered = tuple(sorted(outcomes, key=lambda o: o.position))
-    description = {**result.description, "rescored": time.strftime("%Y-%m-%dT%H:%M:%S")}
     summary = summarize_outcomes(ordered)
-    atomic_write_json(result.path, {"cell": description, "summary": summary,
-                                    "outcomes": [o.to_dict() for o in ordered]})
-    return CellResult(description, summary, ordered, result.path)
+    atomic_write_json(path, {"cell": description, "summary": summary, "outcomes": [o.to_dict() for o in ordered]})
+    return CellResult(description, summary, ordered, path)
 
 
 def read_cell(path: Path) -> CellResult:
