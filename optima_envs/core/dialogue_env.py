@@ -69,8 +69,9 @@ class DialogueEnv(ParallelEnv):
     env's private RNG), deals the evidence with the same RNG and writes each system prompt.
     `options["format_instruction"]` adds a format instruction: a string, an index into the
     format pool, or "sample" for one drawn from the RNG; `options["instance"]` plays a given
-    `TaskInstance`. `seed` is a non-negative int or None; any other seed, options that are not a
-    dict, or an unknown key raise `ConfigError` listing what is accepted (`RESET_OPTIONS`).
+    `TaskInstance`. `seed` is a non-negative int or None; any other seed, or options that are not
+    a dict, raise `ConfigError` listing what is accepted (`RESET_OPTIONS`); an unknown key is
+    ignored with one `ResetOptionWarning` per env.
 
     ## Episode End
     Termination when the task's rule fires (`end_reason`, e.g. "agreed"); truncation at
@@ -150,7 +151,7 @@ class DialogueEnv(ParallelEnv):
     # ------------------------------------------------------------------ API
     def reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None):
         check_seed(seed)
-        options = check_options(options)
+        options = check_options(options, owner=self)
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         instance = options.get("instance")

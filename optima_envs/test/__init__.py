@@ -5,9 +5,8 @@ from optima_envs.test.checks import (
     check_parallel_api,
     check_seed_determinism,
     check_snapshot_roundtrip,
-    pettingzoo_probe_tolerated,
 )
 from optima_envs.test.scripted import play, random_messages, scripted, share_evidence_then
 
-__all__ = ["check_env", "check_parallel_api", "check_seed_determinism", "check_snapshot_roundtrip",
-           "pettingzoo_probe_tolerated", "play", "random_messages", "scripted", "share_evidence_then"]
+__all__ = ["check_env", "check_parallel_api", "check_seed_determinism", "check_snapshot_roundtrip", "play",
+           "random_messages", "scripted", "share_evidence_then"]

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 import optima_envs
-from optima_envs.test import check_snapshot_roundtrip
+from optima_envs.core.reset_args import ResetOptionWarning
+from optima_envs.test import check_parallel_api, check_snapshot_roundtrip
+
+
+def test_the_parallel_api_check_keeps_pettingzoos_expected_output_to_itself(recwarn, capsys):
+    check_parallel_api(optima_envs.make("synth-hop-ia"), num_cycles=20)
+    assert not [w for w in recwarn if w.category is ResetOptionWarning] and not capsys.readouterr().out
 
 
 def test_passes_on_a_real_env():

@@ -5,6 +5,7 @@ import pytest
 from gymnasium.utils.env_checker import data_equivalence
 
 import optima_envs
+from optima_envs.core.reset_args import RESET_OPTIONS, ResetOptionWarning
 from optima_envs.errors import ConfigError, EpisodeEndedError, InvalidActionError, InvalidSnapshotError, ResetNeededError
 from optima_envs.test import play, random_messages, scripted, share_evidence_then
 
@@ -177,10 +178,8 @@ class TestBadInput:
 
     @pytest.mark.parametrize("options, message", [
         ("index", "reset(options=...) must be a dict of reset options or None, got str 'index'; accepted keys: "
-                  "['format_instruction', 'index', 'instance'], e.g. options={'index': 3}"),
-        ({"idx": 1}, "reset(options=...) has unknown key 'idx' (did you mean 'index'?); accepted keys: "
-                     "['format_instruction', 'index', 'instance']"),
-        ({"index": 1, "colour": 2}, "reset(options=...) has unknown key 'colour'; accepted keys: "),
+                  f"{sorted(RESET_OPTIONS)}, e.g. options={{'index': 3}}"),
+        ([("index", 3)], "reset(options=...) must be a dict of reset options or None, got list [('index', 3)]"),
         ({"instance": "q1"}, "options['instance'] must be a TaskInstance, got str 'q1'"),
         ({"format_instruction": "be brief \ud800"}, "options['format_instruction'] holds text UTF-8 cannot encode"),
     ])
@@ -199,6 +198,54 @@ class TestBadInput:
         env = make()
         env.reset(seed=np.int64(3))
         env.reset(seed=None, options=None)
+
+
+class TestUnknownResetOptions:
+    """An unknown key is ignored, as Gymnasium and PettingZoo envs do, but said once per env so a typo shows."""
+
+    def test_warns_with_a_close_match_and_the_accepted_keys(self):
+        message = (f"reset(options=...) ignores unknown key 'idx' (did you mean 'index'?); "
+                   f"accepted keys: {sorted(RESET_OPTIONS)}")
+        with pytest.warns(ResetOptionWarning, match=re.escape(message)):
+            make().reset(seed=0, options={"idx": 1})
+
+    def test_names_every_unknown_key_in_one_warning(self):
+        with pytest.warns(ResetOptionWarning) as caught:
+            make().reset(seed=0, options={"index": 1, "colour": 2, "options": 1})
+        assert len(caught) == 1 and "unknown keys 'colour', 'options'; accepted keys: " in str(caught[0].message)
+
+    def test_the_episode_is_the_one_without_the_key(self):
+        def episode(options):
+            messages = random_messages(5, 10)
+            return play(make(), {"alice": scripted(messages[0::2]), "bob": scripted(messages[1::2])}, seed=5,
+                        options=options)
+
+        with pytest.warns(ResetOptionWarning):
+            with_key = episode({"index": 2, "colour": "red"})
+        assert data_equivalence(with_key, episode({"index": 2}))
+
+    def test_warns_once_per_env_and_key(self, recwarn):
+        env = make()
+        env.reset(seed=0, options={"options": 1})
+        env.reset(seed=1, options={"options": 1})
+        env.reset(seed=2, options={"options": 2, "colour": 1})
+        make().reset(seed=0, options={"options": 1})
+        messages = [str(w.message) for w in recwarn if w.category is ResetOptionWarning]
+        assert [m.split(";")[0] for m in messages] == [
+            "reset(options=...) ignores unknown key 'options'",
+            "reset(options=...) ignores unknown key 'colour'",
+            "reset(options=...) ignores unknown key 'options'",
+        ]
+
+    def test_points_at_the_caller_of_reset(self):
+        with pytest.warns(ResetOptionWarning) as caught:
+            make().reset(options={"options": 1})
+        assert caught[0].filename == __file__
+
+    def test_a_wrong_value_beside_an_unknown_key_still_raises(self):
+        with pytest.warns(ResetOptionWarning), \
+                pytest.raises(ConfigError, match=re.escape("options['index'] must be an int")):
+            make().reset(seed=0, options={"index": "3", "colour": 2})
 
 
 class TestTextRepair:
