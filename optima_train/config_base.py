@@ -91,6 +91,30 @@ def check_scheduling(section: str, scheduling: str, max_inflight: int | None) ->
     check_max_inflight(max_inflight, field=f"{section}.max_inflight")
 
 
+#: When a loop samples answer moves constrained to the task's answer pattern.
+CONSTRAINED_ANSWERS = ("never", "first_iteration", "always")
+
+
+def constrained_answers_field() -> Any:
+    """A generation section's `constrained_answers`: exploration for a model that does not write
+    moves the task can read yet."""
+    return field(default="never", metadata=help_meta(
+        "Sample each answering agent's turns constrained to the task's answer pattern (one readable move and "
+        "nothing else; tasks with an answer_pattern, on vllm or openai): never, first_iteration (like the format "
+        "pool: the first iteration explores with it, training and evaluation never use it) or always (every "
+        "iteration's sampling; held-out evaluation stays unconstrained).", choices=list(CONSTRAINED_ANSWERS)))
+
+
+def check_constrained_answers(section: str, value: str) -> None:
+    if value not in CONSTRAINED_ANSWERS:
+        raise ConfigError(f"{section}.constrained_answers must be one of {list(CONSTRAINED_ANSWERS)}, got {value!r}")
+
+
+def constrains(value: str, it: int) -> bool:
+    """Whether iteration `it` samples answers constrained under the setting `value`."""
+    return value == "always" or (value == "first_iteration" and it == 0)
+
+
 #: The scheduling fields of a `generation` section: they change how fast dialogues are sampled,
 #: never which, so a run may resume with other values.
 SCHEDULING_KEYS = ("generation.scheduling", "generation.max_inflight")

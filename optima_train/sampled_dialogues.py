@@ -62,11 +62,15 @@ class SampledDialogues:
     def _sample_dialogues(self, folder: Path, it: int, *, per_question: int, sampling: Any,
                           options: Mapping[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
         """`per_question` seeded dialogues for every training question with `model_before(it)`,
-        saved to `folder`; returns the records and the step's info."""
+        saved to `folder` (answers constrained where `generation.constrained_answers` says so for
+        iteration `it`); returns the records and the step's info."""
         from optima_agents.rollout import EpisodeSpec, RolloutEngine, derive_seed
+        from optima_train.config_base import constrains
 
         cfg, t = self.config, self.config.task
-        specs = [EpisodeSpec(seed=derive_seed(cfg.run.seed, it, q, j), index=q, options=dict(options or {}))
+        constrained = constrains(cfg.generation.constrained_answers, it)
+        specs = [EpisodeSpec(seed=derive_seed(cfg.run.seed, it, q, j), index=q, options=dict(options or {}),
+                             constrain_answers=constrained)
                  for q in range(t.train_first_index, t.train_first_index + t.train_questions)
                  for j in range(per_question)]
         policy = self._policy_for(self.model_before(it), sampling)
@@ -77,7 +81,7 @@ class SampledDialogues:
         save_records(folder / EPISODES, records, writer=self.NAME)
         stats = engine.last_stats
         ran = [r for r in records if not r.infra_failure]
-        return records, {"model": self.model_before(it), "episodes": len(records),
+        return records, {"model": self.model_before(it), "episodes": len(records), "constrained_answers": constrained,
                          "infra_failures": stats.infra_failures, "generated_tokens": stats.generated_tokens,
                          "tokens_per_s": round(stats.tokens_per_s, 2),
                          "mean_tokens": mean([r.total_tokens for r in ran]),

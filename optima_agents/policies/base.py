@@ -87,12 +87,16 @@ class TurnRequest:
     supports per-request seeds. `sampling_seed`, when set, takes the place of the policy's
     `SamplingParams.seed` for this request: k sampled copies of one episode then share a batch
     and still draw exactly what k policies seeded 0..k-1 would draw one after another.
+    `constraint`, when set, is a regular expression the whole reply must match (constrained
+    decoding, on policies that declare `PolicyCapabilities.constraints`); the rollout engine sets
+    it to the task's answer pattern for episodes that sample answer moves constrained.
     """
 
     agent: str
     observation: Mapping[str, Any]
     seed: int | None = None
     sampling_seed: int | None = None
+    constraint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,7 @@ class PolicyCapabilities:
         a PEFT LoRA adapter folder (None: the engine's own weights); `max_adapter_rank` is the
         largest rank the engine serves (0: it was started without LoRA support); `sleep()` frees
         the engine's accelerator memory where it can (returns whether it did) until `wake_up()`.
+    constraints: the policy honours `TurnRequest.constraint`: every reply it gives matches it.
     """
 
     with_sampling: bool = False
@@ -161,6 +166,7 @@ class PolicyCapabilities:
     submit: bool = False
     replicas: bool = False
     adapters: bool = False
+    constraints: bool = False
 
 
 NO_CAPABILITIES = PolicyCapabilities()

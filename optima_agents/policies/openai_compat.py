@@ -37,6 +37,10 @@ log-probs unless started with `--logprobs-mode processed_logprobs`, which matche
 the in-process backends use under sampling; `VLLMServer` (and so `optima serve`) starts it so
 unless its `extra_args` name another mode. Under greedy decoding both are the same.
 
+Constrained replies (`TurnRequest.constraint`, a regex): the request sets vLLM's
+`"structured_outputs": {"regex": ...}`; a server that does not know the field may ignore it
+(llama.cpp's server takes a grammar instead), so check the replies when pointing this at one.
+
 httpx (a vLLM dependency; `pip install httpx` otherwise) with one pooled client per base URL;
 its clients are thread-safe.
 """
@@ -107,7 +111,8 @@ class OpenAIPolicy:
         ValueError: no base URLs, or a bad option value.
     """
 
-    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True, submit=True, replicas=True)
+    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True, submit=True, replicas=True,
+                                      constraints=True)
 
     def __init__(
         self,
@@ -230,6 +235,8 @@ class OpenAIPolicy:
             body["stop"] = list(sp.stop)
         if sp.logprobs:
             body.update(logprobs=True, top_logprobs=0)
+        if request.constraint is not None:
+            body["structured_outputs"] = {"regex": request.constraint}
         body.update(self.extra_body)
         return body
 

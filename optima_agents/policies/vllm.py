@@ -15,6 +15,8 @@ Why it is built this way:
 - **Per-request seeds**: each request gets its own `vllm.SamplingParams(seed=...)`, derived like
   `HFPolicy` does (request seed and `SamplingParams.seed`), so a sampled reply does not depend
   on which other requests shared the batch.
+- **Constrained replies**: a request's `constraint` regex becomes vLLM's structured outputs
+  (`StructuredOutputsParams(regex=...)`), which the CPU build supports too.
 - **Same reply format as every backend**: raw generated ids go through `chat.clean_output`
   (cut at end of turn / stop strings, strip, canonical ids), so token costs are exact and equal
   to what training re-tokenizes. The ids as generated stay in `meta["raw_token_ids"]` (the
@@ -100,7 +102,8 @@ class VLLMPolicy:
         BackendParityError: the self-check found outputs the reference model disagrees with.
     """
 
-    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True, submit=True, adapters=True)
+    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True, submit=True, adapters=True,
+                                      constraints=True)
 
     def __init__(
         self,
@@ -180,7 +183,8 @@ class VLLMPolicy:
                 if too_long is not None:
                     actions[i] = too_long
                 else:
-                    batch.append((i, ids, self._params(request_row_seed(self.sampling, request, self._calls, i))))
+                    batch.append((i, ids, self._params(request_row_seed(self.sampling, request, self._calls, i),
+                                                       request.constraint)))
             if batch:
                 outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for _, ids, _ in batch],
                                             [p for _, _, p in batch], lora_request=self.lora_request, use_tqdm=False)
@@ -337,7 +341,8 @@ class VLLMPolicy:
         from vllm.inputs import TokensPrompt
 
         ids = prompt_ids(request.observation, self.tokenizer, self.chat_format)
-        return self._too_long(ids) or (TokensPrompt(prompt_token_ids=ids), self._params(seed), self.lora_request)
+        return self._too_long(ids) or (TokensPrompt(prompt_token_ids=ids), self._params(seed, request.constraint),
+                                       self.lora_request)
 
     def _from_output(self, out: Any, prompt_len: int, seed: int | None) -> Action:
         """The action of a finished `vllm.RequestOutput`."""
@@ -351,14 +356,18 @@ class VLLMPolicy:
             logprobs = sampled_logprobs(generated, completion.logprobs)
         return self._to_action(generated, prompt_len, seed, logprobs)
 
-    def _params(self, seed: int) -> Any:
+    def _params(self, seed: int, constraint: str | None = None) -> Any:
+        """vLLM's sampling parameters of one request; a `constraint` regex becomes vLLM's
+        structured outputs, so every reply matches it."""
         from vllm import SamplingParams as VSamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
 
         sp = self.sampling
         return VSamplingParams(
             n=1, temperature=sp.temperature, top_p=sp.top_p, max_tokens=sp.max_new_tokens, seed=seed,
             stop=list(sp.stop) or None, stop_token_ids=self.stop_token_ids, detokenize=bool(sp.stop),
             logprobs=0 if sp.logprobs else None,
+            structured_outputs=None if constraint is None else StructuredOutputsParams(regex=constraint),
         )
 
     def _to_action(self, generated: list[int], prompt_len: int, seed: int | None,

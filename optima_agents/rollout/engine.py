@@ -85,12 +85,17 @@ class EpisodeSpec:
         sampling_seed: replaces the policies' `SamplingParams.seed` for this episode's requests,
             so k sampled copies of one episode (same `seed`, sampling seeds 0..k-1) run in one
             batch and draw what k separately seeded policies would. None: the policies' own.
+        constrain_answers: every turn of an agent whose role gives answers is sampled constrained
+            to the task's `answer_pattern` (one readable answer move, nothing else), on policies
+            declaring `PolicyCapabilities.constraints`: exploration for a model that does not yet
+            write moves the task can read. The record's `sampling` says which agents it applied to.
     """
 
     seed: int | None = 0
     index: int | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     sampling_seed: int | None = None
+    constrain_answers: bool = False
 
     def reset_options(self) -> dict[str, Any]:
         options = dict(self.options)
@@ -207,6 +212,7 @@ class RolloutEngine:
         self.resolved_scheduling = resolve_scheduling(scheduling, self.policies)
         self.progress = progress
         self.last_stats = RolloutStats()
+        self._answering = _answering_agents(env)
 
     def run(self, episodes: Sequence[EpisodeSpec] | int, *, on_record: RecordHook | None = None) -> list[EpisodeRecord]:
         """Play every spec (an int n means `episode_specs(n)`); records come back in spec order.
@@ -214,6 +220,8 @@ class RolloutEngine:
         `on_record` sees each record as its episode finishes, so the finished ones can be kept
         even when a policy raises and the run stops."""
         specs = episode_specs(episodes) if isinstance(episodes, int) else list(episodes)
+        if any(spec.constrain_answers for spec in specs):
+            self._check_constraints()
         identities = {a: dict(p.identity()) for a, p in self.policies.items()}
         sampling = {a: p.sampling.to_dict() for a, p in self.policies.items()}
         stats = self.last_stats = RolloutStats(scheduling=self.resolved_scheduling)
@@ -223,8 +231,8 @@ class RolloutEngine:
         with ProgressBar(self.progress, len(specs), str(getattr(self.env, "env_id", "rollout"))) as bar:
 
             def finish(item: _Live, record: EpisodeRecord) -> None:
-                record = results[item.position] = _with_policies(record, identities, sampling,
-                                                                 item.spec.sampling_seed)
+                record = results[item.position] = _with_policies(record, identities, sampling, item.spec,
+                                                                 self._answering)
                 stats.episodes += 1
                 stats.infra_failures += record.infra_failure
                 if stats.first_episode_s is None:
@@ -269,6 +277,19 @@ class RolloutEngine:
         return dead
 
     # ------------------------------------------------------------------ internals
+    def _check_constraints(self) -> None:
+        """Constrained answers need a task with an answer pattern and policies that honour it."""
+        task = getattr(self.env, "task", None)
+        if task is None or task.answer_pattern is None:
+            name = getattr(task, "name", type(self.env).__name__)
+            raise ConfigError(f"{name} declares no answer_pattern, so its answers cannot be sampled constrained; "
+                              "set constrain_answers only for tasks that have one (the games)")
+        unable = sorted({type(self.policies[a]).__name__ for a in self._answering
+                         if not capabilities_of(self.policies[a]).constraints})
+        if unable:
+            raise ConfigError(f"constrained answers need policies that declare the constraints capability (vllm, "
+                              f"openai); {', '.join(unable)} does not")
+
     def _start(self, position: int, spec: EpisodeSpec) -> _Live:
         observations, _ = self.env.reset(seed=spec.seed, options=spec.reset_options())
         return _Live(position, spec, self.env.snapshot(), observations)
@@ -297,8 +318,11 @@ class RolloutEngine:
         speaker = next(iter(item.observations.values()))["speaker"]
         observation = item.observations[speaker]
         seed = None if item.spec.seed is None else derive_seed(item.spec.seed, observation["turn"])
+        constraint = None
+        if item.spec.constrain_answers and speaker in self._answering:
+            constraint = self.env.task.answer_pattern(item.snapshot.state.instance)
         return self.policies[speaker], TurnRequest(agent=speaker, observation=observation, seed=seed,
-                                                   sampling_seed=item.spec.sampling_seed)
+                                                   sampling_seed=item.spec.sampling_seed, constraint=constraint)
 
     def _step(self, live: list[_Live], stats: RolloutStats) -> list[tuple[_Live, EpisodeRecord]]:
         """One turn of every live episode: one `act` call per distinct policy."""
@@ -370,6 +394,16 @@ def turn_logprobs(action: Action | None, stored_ids: Sequence[int] | None) -> tu
     return align_logprobs(action.token_ids, action.logprobs, stored_ids)
 
 
+def _answering_agents(env: Any) -> frozenset[str]:
+    """The agents whose role gives answers (the ones `EpisodeSpec.constrain_answers` applies to);
+    every agent for an env without a composed task."""
+    task = getattr(env, "task", None)
+    if task is None:
+        return frozenset(env.possible_agents)
+    roles = task.prompts.roles(len(env.possible_agents))
+    return frozenset(a for a, role in zip(env.possible_agents, roles) if role.gives_answer)
+
+
 def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
@@ -410,9 +444,13 @@ def _record(env: Any, item: _Live, *, error: str | None = None) -> EpisodeRecord
 
 
 def _with_policies(record: EpisodeRecord, identities: Mapping[str, Any], sampling: Mapping[str, Any],
-                   sampling_seed: int | None) -> EpisodeRecord:
+                   spec: EpisodeSpec, answering: frozenset[str]) -> EpisodeRecord:
     """The record with its policies and the sampling it was played with: an episode's own
-    `sampling_seed` stands in the place of each policy's seed, so the record can be replayed."""
-    if sampling_seed is not None:
-        sampling = {agent: {**settings, "seed": sampling_seed} for agent, settings in sampling.items()}
+    `sampling_seed` stands in the place of each policy's seed, so the record can be replayed, and
+    agents whose answers were constrained say so (`constrained_answers`)."""
+    if spec.sampling_seed is not None:
+        sampling = {agent: {**settings, "seed": spec.sampling_seed} for agent, settings in sampling.items()}
+    if spec.constrain_answers:
+        sampling = {agent: {**settings, "constrained_answers": True} if agent in answering else settings
+                    for agent, settings in sampling.items()}
     return replace(record, policies=_jsonable(identities), sampling=_jsonable(sampling))

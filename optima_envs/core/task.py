@@ -32,6 +32,12 @@ AnswerExtractor = Callable[[str], Extraction]
 Metric = Callable[[str, TaskInstance], float]
 """Scores an extracted answer against the instance in [0, 1]; raises ScoringError if it cannot."""
 
+AnswerPattern = Callable[[TaskInstance], str]
+"""A regular expression that a reply which is nothing but one readable answer move matches, for
+this instance (e.g. `<A>[A-D]</A>` in a game with four labels). Policies that support
+constrained decoding can sample answer moves from it, so exploration starts from moves the task
+can read."""
+
 TerminationRule = Callable[[Sequence[Message], Message], "str | None"]
 """Given the earlier messages and the new one, returns the name of the rule that ends the
 dialogue (recorded in infos as `end_reason`), or None to continue."""
@@ -101,6 +107,8 @@ class Task:
     with it (`metric` then scores one answer alone, e.g. for single-agent baselines)."""
     num_agents: int | None = None
     """A fixed number of agents (a game with one seat per role), or None for any number >= 2."""
+    answer_pattern: AnswerPattern | None = None
+    """The regex of a reply that is exactly one readable answer move (None: the task has none)."""
 
 
 def instance_gold_for_info(instance: TaskInstance) -> Any:

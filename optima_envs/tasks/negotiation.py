@@ -222,6 +222,14 @@ def move_template(items: Sequence[str]) -> str:
     return " ".join(f"{item}=N" for item in items)
 
 
+def move_pattern(instance: TaskInstance) -> str:
+    """A reply that is one well-formed move and nothing else: `<A>accept</A>`, or a proposal
+    listing every item once, in the game's order, with a count the pool can honour."""
+    game = Game.of(instance)
+    counts = " ".join(f"{item}=[0-{n}]" if n < 10 else f"{item}=(10|[0-9])" for item, n in zip(game.items, game.counts))
+    return f"<A>(accept|propose {counts})</A>"
+
+
 # --- scoring the dialogue ------------------------------------------------------------------
 
 def accept_ends(history: Sequence[Message], message: Message) -> str | None:
@@ -350,4 +358,5 @@ def make_task(*, item_types: int = 3, max_count: int = 4, total_value: int = 10,
         max_turns=10,
         score_dialogue=score_negotiation,
         num_agents=2,
+        answer_pattern=move_pattern,
     )

@@ -132,6 +132,11 @@ def score_pick(answer: str, instance: TaskInstance) -> float:
     return float(parse_pick(answer, labels) == instance.gold)
 
 
+def pick_pattern(instance: TaskInstance) -> str:
+    """A reply that is one pick of this game's labels and nothing else: `<A>[A-D]</A>` for four."""
+    return f"<A>[{LETTERS[:len(instance.meta['listener_view'])]}]</A>"
+
+
 def first_pick_ends(history: Sequence[Message], message: Message) -> str | None:
     """Only the listener's picks are read, and the first one is final."""
     return "picked" if message.answer is not None else None
@@ -215,4 +220,5 @@ def make_task(*, min_candidates: int = 4, max_candidates: int = 6, max_differenc
         answer_format="<A>letter</A>",
         max_turns=6,
         num_agents=2,
+        answer_pattern=pick_pattern,
     )

@@ -24,7 +24,9 @@ from optima_train.config_base import (
     TRLTrainSection,
     backend_field,
     check_backend,
+    check_constrained_answers,
     check_scheduling,
+    constrained_answers_field,
     launch_keys,
     max_inflight_field,
     redefault,
@@ -55,6 +57,7 @@ class GRPOGenerationSection:
         "There is no top_p: the ratio needs the full distribution's log-probs."))
     max_new_tokens: int = field(default=128, metadata=_help("Most tokens per utterance."))
     max_turns: int | None = field(default=None, metadata=_help("Most utterances per dialogue (None: the task's, 10)."))
+    constrained_answers: str = constrained_answers_field()
     batch_size: int = field(default=64, metadata=_help("Most sequences per generate call (hf backend)."))
     max_live: int | None = field(default=None, metadata=_help("Most episodes in flight (None: all)."))
     scheduling: str = scheduling_field()
@@ -64,6 +67,7 @@ class GRPOGenerationSection:
 
     def __post_init__(self) -> None:
         check_scheduling("generation", self.scheduling, self.max_inflight)
+        check_constrained_answers("generation", self.constrained_answers)
         if self.group_size < 2:
             raise ConfigError(f"generation.group_size must be >= 2, got {self.group_size}: a group of one dialogue has "
                               "no spread, so its advantage is always 0 and nothing would be learned")

@@ -23,6 +23,8 @@ from optima_train.config_base import (
     TRLTrainSection,
     backend_field,
     check_backend,
+    check_constrained_answers,
+    constrained_answers_field,
     check_scheduling,
     launch_keys,
     max_inflight_field,
@@ -126,6 +128,7 @@ class GenerationSection:
     max_turns: int | None = field(default=None, metadata=_help("Most utterances per dialogue (None: the task's, 10)."))
     format_pool_first_iteration: bool = field(default=True, metadata=_help(
         "Iteration 0 samples with a format-diverse instruction (reset option format_instruction='sample')."))
+    constrained_answers: str = constrained_answers_field()
     batch_size: int = field(default=64, metadata=_help("Most sequences per generate call (hf backend)."))
     max_live: int | None = field(default=None, metadata=_help("Most episodes in flight (None: all)."))
     scheduling: str = scheduling_field()
@@ -135,6 +138,7 @@ class GenerationSection:
 
     def __post_init__(self) -> None:
         check_scheduling("generation", self.scheduling, self.max_inflight)
+        check_constrained_answers("generation", self.constrained_answers)
         if self.samples_per_question < 1:
             raise ConfigError(f"generation.samples_per_question must be >= 1, got {self.samples_per_question}")
         if self.temperature < 0:

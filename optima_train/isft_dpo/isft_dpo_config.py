@@ -46,6 +46,12 @@ from optima_train.isft.isft_config import (
 __all__ = ["CycleSection", "ISFTDPOConfig", "ISFTDPORunSection", "stage_dir"]
 
 
+def first_cycle_only(constrained_answers: str, cycle: int) -> str:
+    """A cycle's iSFT stage numbers its iterations from 0 again, so "first_iteration" means the
+    run's first iteration only in cycle 0."""
+    return "never" if constrained_answers == "first_iteration" and cycle > 0 else constrained_answers
+
+
 def stage_dir(output_dir: str, cycle: int, stage: str) -> str:
     """The run directory of `cycle`'s `stage` ("isft" or "idpo") inside an iSFT-DPO run."""
     return f"{output_dir}/cycle_{cycle:03d}/{stage}"
@@ -129,7 +135,8 @@ class ISFTDPOConfig:
             "task": {**d["task"], "train_first_index": self.stage_first_index(cycle, "isft")},
             "model": {**d["model"], "name": start_model, "reference": reference},
             "generation": {**d["generation"],
-                           "format_pool_first_iteration": self.generation.format_pool_first_iteration and cycle == 0},
+                           "format_pool_first_iteration": self.generation.format_pool_first_iteration and cycle == 0,
+                           "constrained_answers": first_cycle_only(self.generation.constrained_answers, cycle)},
             "reward": reward, "selection": d["selection"], "lora": d["lora"], "train": d["sft"],
             "eval": {**d["eval"], "baseline": self.eval.baseline and cycle == 0},
             "run": {**run, "output_dir": stage_dir(output_dir, cycle, "isft"),
