@@ -12,7 +12,8 @@ Buffers: a three-part buffer gets single-byte flips in a part or in the manifest
 truncated part, a deleted manifest, a part with a column of the wrong type, and a part the
 manifest does not list. It holds when reading raises `BufferCorruptError` naming the damaged
 file (for the unlisted part: the records read back unchanged, with a warning); a read that
-returns records from a damaged buffer fails.
+returns records from a damaged buffer fails. Records a buffer cannot store, and folders that
+hold no buffer, are tried by `_reliability_writes`.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from optima_envs.data.common import clear_cache
 from optima_envs.errors import OptimaError
 
 try:
+    from benchmarks import _reliability_writes
     from benchmarks._reliability_tally import Tally
 except ImportError:  # run as a script from the benchmarks folder
+    import _reliability_writes
     from _reliability_tally import Tally
 
 Damage = Callable[[Path, np.random.Generator], None]
@@ -254,4 +257,5 @@ def _unlisted(row: Tally, folder: Path, part: Path) -> None:
 
 
 def run(data_trials: int, flips: int, seed: int, workdir: Path) -> list[Tally]:
-    return [*data_rows(data_trials, seed, workdir), *buffer_rows(flips, seed, workdir)]
+    return [*data_rows(data_trials, seed, workdir), *buffer_rows(flips, seed, workdir),
+            *_reliability_writes.run(workdir / "writes")]

@@ -5,6 +5,12 @@ thread and cannot stop C-level work (see `_math_worker`). A worker that overruns
 so the deadline holds from any thread, and the caller gets a `TimeoutError` instead of the
 silent `False` math-verify would return. Idle workers are reused (start-up, mostly importing
 sympy, takes about half a second) and closed at exit. POSIX only (`select` on pipes).
+
+The deadline counts the worker's own CPU time (read from `/proc/<pid>/stat` while waiting), not
+the clock: a busy machine only slows a comparison down, and must not turn a right answer into
+a scoring failure. A worker that hangs without using CPU is still killed by a generous
+wall-clock backstop (`wall_backstop`). Where `/proc` is missing (e.g. macOS) the limit is wall
+time, as the only clock there is.
 """
 
 from __future__ import annotations
@@ -23,9 +29,46 @@ from typing import IO, Any
 
 from optima_envs.errors import ScoringError
 
-START_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 60.0  # CPU seconds a worker may take to start (import sympy, math-verify)
 MAX_IDLE_WORKERS = max(1, os.cpu_count() or 1)
+POLL_S = 0.05  # how often a waiting parent reads the worker's CPU time
+WALL_BACKSTOP_FACTOR = 10.0
+WALL_BACKSTOP_MIN_S = 60.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding optima_envs/
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time that process `pid` has used, or None where it cannot be read
+    (no `/proc`, or no such process)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # after "pid (name)"; the name may hold spaces
+    try:
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+    except (IndexError, ValueError):
+        return None
+
+
+def wall_backstop(cpu_s: float) -> float:
+    """Wall seconds after which a worker allowed `cpu_s` of CPU time is killed anyway."""
+    return max(WALL_BACKSTOP_MIN_S, WALL_BACKSTOP_FACTOR * cpu_s)
+
+
+def overrun(cpu_used: float | None, wall_used: float, cpu_s: float) -> str | None:
+    """Why a worker has had too long on a message, or None while it has not: more than `cpu_s`
+    of its CPU time, or more than `wall_backstop(cpu_s)` on the clock; where its CPU time is
+    unknown (`cpu_used` None), more than `cpu_s` on the clock."""
+    if cpu_used is None:
+        return f"took longer than {cpu_s:g} s" if wall_used > cpu_s else None
+    if cpu_used > cpu_s:
+        return f"used more than {cpu_s:g} s of CPU time"
+    backstop = wall_backstop(cpu_s)
+    if wall_used > backstop:
+        return f"gave no answer within {backstop:g} s of wall time, though it used less than {cpu_s:g} s of CPU time"
+    return None
 
 
 class _Worker:
@@ -44,20 +87,28 @@ class _Worker:
         self._fd = self.proc.stdout.fileno()
         self._buffer = b""
         try:
-            ready = self.read(START_TIMEOUT_S)
-        except TimeoutError:
-            ready = {"crash": f"no ready message within {START_TIMEOUT_S:g} s"}
+            ready = self.read(START_TIMEOUT_S, (0.0, time.monotonic()))
+        except TimeoutError as error:
+            ready = {"crash": f"no ready message: it {error}"}
         if ready is None or "ready" not in ready:
             self.kill()
             raise ScoringError(f"math_equivalent: the math-verify worker failed to start: {ready}")
 
-    def read(self, timeout_s: float) -> dict[str, Any] | None:
-        """The next message, or None on end of file. Raises TimeoutError past `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
+    def clock(self) -> tuple[float | None, float]:
+        """(the worker's CPU time, the monotonic clock) now: where a request's time starts."""
+        return cpu_seconds(self.proc.pid), time.monotonic()
+
+    def read(self, cpu_s: float, started: tuple[float | None, float]) -> dict[str, Any] | None:
+        """The next message, or None on end of file. Raises TimeoutError, saying why, once the
+        worker has had too long on it since `started` (see `overrun`)."""
         while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._fd], [], [], left)[0]:
-                raise TimeoutError(f"no answer within {timeout_s:g} s")
+            if not select.select([self._fd], [], [], POLL_S)[0]:
+                cpu_now, wall_now = self.clock()
+                used = None if cpu_now is None or started[0] is None else cpu_now - started[0]
+                why = overrun(used, wall_now - started[1], cpu_s)
+                if why is not None:
+                    raise TimeoutError(why)
+                continue
             chunk = os.read(self._fd, 1 << 16)
             if not chunk:
                 return None
@@ -67,12 +118,14 @@ class _Worker:
         return message
 
     def ask(self, request: dict[str, str], timeout_s: float) -> dict[str, Any] | None:
+        """The worker's answer to `request`, allowed `timeout_s` of its CPU time (see `read`)."""
+        started = self.clock()
         try:
             self._stdin.write(json.dumps(request).encode() + b"\n")
             self._stdin.flush()
         except BrokenPipeError:
             return None
-        return self.read(timeout_s)
+        return self.read(timeout_s, started)
 
     def kill(self) -> None:
         self.proc.kill()
@@ -140,11 +193,11 @@ def equivalent(prediction: str, gold: str, timeout_s: float) -> bool:
     worker = _acquire()
     try:
         reply = worker.ask({"prediction": prediction, "gold": gold}, timeout_s)
-    except TimeoutError:
+    except TimeoutError as error:
         worker.kill()
-        raise TimeoutError(f"math_equivalent: math-verify took longer than {timeout_s:g} s "
-                           f"(timeout_s) comparing prediction {prediction[:80]!r} "
-                           f"with gold {gold[:80]!r}; the worker was killed.") from None
+        raise TimeoutError(f"math_equivalent: math-verify {error} (timeout_s={timeout_s:g}) comparing "
+                           f"prediction {prediction[:80]!r} with gold {gold[:80]!r}; the worker was "
+                           f"killed.") from None
     if reply is None or "crash" in reply:
         worker.kill()
         detail = reply["crash"] if reply else f"exit code {worker.proc.returncode}"

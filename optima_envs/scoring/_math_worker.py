@@ -3,7 +3,8 @@
 math-verify enforces its own timeouts with `signal.alarm`, which only works in the main thread
 (it raises ValueError elsewhere), has whole-second resolution, cannot interrupt C-level work
 such as a huge integer power, and turns a timeout into a silent `False`. So we disable its
-timeouts and run it here instead; the parent kills this process when a request overruns.
+timeouts and run it here instead; the parent kills this process when a request overruns
+(by its CPU time, see `_math_client`).
 
 Protocol (one JSON object per line): the worker first writes `{"ready": true}`; then for each
 request `{"prediction": str, "gold": str}` it answers `{"equal": bool}` or

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
@@ -205,19 +206,38 @@ def numeric_match(prediction: str, gold: str) -> float:
     return 0.0 if pred_number is None else float(_same_number(pred_number, gold_number))
 
 
+# Characters that name a value with no digit, letter or LaTeX command: the empty set ("∅", "{}").
+_VALUE_SYMBOLS = frozenset("∅{")
+# Dropped before judging whether a prediction could be math: controls, format characters,
+# lone surrogates, private-use and unassigned code points.
+_NOT_TEXT = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
+
+
+def _could_be_math(prediction: str) -> bool:
+    """False when `prediction` cannot be a number or an expression: once whitespace and
+    non-text characters are dropped, nothing of it is a digit, a letter (a variable, "π"),
+    a LaTeX command or a symbol that names a value. Such an answer needs no math-verify."""
+    kept = (c for c in prediction if not c.isspace() and unicodedata.category(c) not in _NOT_TEXT)
+    return any(c.isalnum() or c == "\\" or c in _VALUE_SYMBOLS for c in kept)
+
+
 def math_equivalent(prediction: str, gold: str, timeout_s: float = 5.0) -> float:
     """1.0 if math-verify finds the answers mathematically equivalent, else 0.0.
 
     Both sides are bare answers (e.g. extracted from `\\boxed{}`); each is parsed as LaTeX, so
     "\\frac{1}{2}" equals "0.5", "\\dfrac12" equals "1/2", "x=3" equals "3" and
-    "\\text{(A)}" equals "A". The comparison runs in a worker process that is killed after
-    `timeout_s` seconds, so the limit holds in any thread (math-verify's own signal-based
-    timeouts are disabled). Errors inside math-verify's comparison count as "not equal"
-    (its documented behaviour); an answer it cannot parse at all raises.
+    "\\text{(A)}" equals "A". A prediction that cannot be math (nothing but spaces, punctuation
+    or characters that are not text, e.g. a lone surrogate) is wrong, 0.0, without asking
+    math-verify. The comparison runs in a worker process that is killed once it has used
+    `timeout_s` seconds of CPU time (or, hung without using any, after a wall-clock backstop of
+    at least a minute; see `_math_client`), so the limit holds in any thread and a busy machine
+    does not turn answers into failures (math-verify's own signal-based timeouts are disabled).
+    Errors inside math-verify's comparison count as "not equal" (its documented behaviour); an
+    answer it cannot parse at all raises.
 
     Raises:
         ScoringError: If either answer cannot be parsed as math, or the worker fails.
-        TimeoutError: If the comparison takes longer than `timeout_s`.
+        TimeoutError: If the comparison takes more than `timeout_s` of the worker's CPU time.
         ConfigError: If `timeout_s` is not a positive number.
         ModuleNotFoundError: If math-verify is not installed (the message gives the pip line).
     """
@@ -225,7 +245,7 @@ def math_equivalent(prediction: str, gold: str, timeout_s: float = 5.0) -> float
         raise ConfigError(f"math_equivalent: `timeout_s` must be a positive number of seconds, "
                           f"got {timeout_s!r}.")
     _require_gold(gold, "math_equivalent")
-    if not prediction.strip():
+    if not _could_be_math(prediction):
         return 0.0
     return float(_math_client.equivalent(prediction, gold, float(timeout_s)))
 

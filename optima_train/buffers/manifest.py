@@ -36,10 +36,12 @@ import pyarrow as pa
 from optima_envs.errors import OptimaError
 from optima_train.buffers.schema import EPISODE_SCHEMA
 
-__all__ = ["MANIFEST_NAME", "BufferCorruptError", "BufferWarning", "PartEntry", "add_part", "check_columns",
-           "file_digest", "read_manifest", "write_manifest"]
+__all__ = ["MANIFEST_NAME", "REJECTED_DIR", "BufferCorruptError", "BufferWarning", "PartEntry", "add_part",
+           "check_columns", "file_digest", "read_manifest", "write_manifest"]
 
 MANIFEST_NAME = ".manifest.json"
+#: Where `write_episodes` keeps, as JSON lines, the records it could not store.
+REJECTED_DIR = ".rejected"
 _FORMAT = "optima-episode-buffer"
 _VERSION = 1
 _LOCK_NAME = ".manifest.lock"

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from optima_agents.rollout.records import EpisodeRecord
 from optima_train.buffers.manifest import (
     MANIFEST_NAME,
+    REJECTED_DIR,
     BufferCorruptError,
     BufferWarning,
     PartEntry,
@@ -130,19 +131,50 @@ def _entry_of(part: Path) -> PartEntry | None:
     return next((e for e in entries if e.name == part.name), None)
 
 
+def _require_buffer(folder: Path) -> None:
+    """Refuse a path that is not a buffer directory: missing, or holding neither parts nor a
+    manifest (an empty buffer has a manifest), so that a wrong path is never read as no data.
+
+    Raises:
+        FileNotFoundError: the path does not exist.
+        BufferCorruptError: the folder exists but holds no buffer.
+    """
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no episode buffer at {folder} (expected a directory of {PART_GLOB} files)")
+    if (folder / MANIFEST_NAME).exists() or part_files(folder):
+        return
+    rejected = _rejected_count(folder)
+    kept = f"; its {REJECTED_DIR}/ keeps {rejected} record(s) that could not be stored" if rejected else ""
+    raise BufferCorruptError(
+        f"{folder} holds no episode buffer: no {PART_GLOB} files and no {MANIFEST_NAME}{kept}. "
+        f"Check the path (a mistyped one reads as an empty folder), or run the step that writes "
+        f"the buffer (e.g. optima rollout --out {str(folder)!r}) first")
+
+
+def _rejected_count(folder: Path) -> int:
+    """How many records `write_episodes` kept in `<folder>/.rejected/` because it could not store them."""
+    kept = folder / REJECTED_DIR
+    if not kept.is_dir():
+        return 0
+    return sum(len(path.read_bytes().splitlines()) for path in kept.glob("*.jsonl") if path.is_file())
+
+
 def read_episodes(path: str | Path) -> list[EpisodeRecord]:
     """Every record of a buffer directory (committed parts in order), or of one Parquet file.
+
+    A buffer whose manifest lists no parts reads as no records; a folder with neither parts nor
+    a manifest is not a buffer (often a mistyped path) and is refused, so it never reads as one.
 
     Raises:
         FileNotFoundError: the path does not exist.
         BufferCorruptError: a missing or damaged part or manifest, or a column of the wrong type
-            (the message names the file); also a part written with a newer schema version.
+            (the message names the file); also a part written with a newer schema version, and a
+            folder that holds no buffer.
     """
     target = Path(path)
     if target.is_file():
         return _records(target, _check_part(target, _entry_of(target)))
-    if not target.is_dir():
-        raise FileNotFoundError(f"no episode buffer at {target} (expected a directory of {PART_GLOB} files)")
+    _require_buffer(target)
     records: list[EpisodeRecord] = []
     for part, entry in _committed(target):
         records.extend(_records(part, _check_part(part, entry)))
@@ -154,11 +186,11 @@ def verify_buffer(directory: str | Path) -> list[PartEntry]:
 
     Raises:
         FileNotFoundError: no such directory.
-        BufferCorruptError: the first problem found, naming its file.
+        BufferCorruptError: the first problem found, naming its file; or the folder holds no
+            buffer (neither parts nor a manifest).
     """
     folder = Path(directory)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"no episode buffer at {folder}")
+    _require_buffer(folder)
     committed = _committed(folder)
     for part, entry in committed:
         _check_part(part, entry)
@@ -181,7 +213,7 @@ def load_episode_dataset(directory: str | Path, **kwargs: Any) -> Any:
     override.
 
     Raises:
-        FileNotFoundError: the directory holds no parts.
+        FileNotFoundError: the directory does not exist, or its manifest lists no parts.
         BufferCorruptError: see `verify_buffer`.
     """
     import datasets

@@ -46,6 +46,7 @@ import pyarrow.parquet as pq
 from optima_agents.rollout.records import EpisodeRecord
 from optima_train.buffers.manifest import (
     MANIFEST_NAME,
+    REJECTED_DIR,
     BufferCorruptError,
     BufferWarning,
     PartEntry,
@@ -68,7 +69,8 @@ def write_episodes(directory: str | Path, records: Iterable[EpisodeRecord], *,
     """Append `records` to the buffer at `directory` as one new part, atomically.
 
     A record that cannot be stored (e.g. text UTF-8 cannot encode) is left out, kept in
-    `<directory>/.rejected/` and reported with a `BufferWarning`; the others are written.
+    `<directory>/.rejected/` and reported with a `BufferWarning`; the others are written. When
+    no record can be stored, no part is written and the manifest is left as it was.
 
     Args:
         directory: the buffer directory (created if missing).
@@ -148,7 +150,7 @@ def _report_rejected(folder: Path, part: Path | None, rejected: list[tuple[int, 
                      total: int) -> None:
     """Keep the records that could not be stored as ASCII JSON lines (lone surrogates escaped) and warn."""
     name = part.stem if part is not None else f"unwritten-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
-    path = folder / ".rejected" / f"{name}.jsonl"
+    path = folder / REJECTED_DIR / f"{name}.jsonl"
     path.parent.mkdir(exist_ok=True)
     with open(path, "w", encoding="ascii") as fh:
         for position, record, why in rejected:

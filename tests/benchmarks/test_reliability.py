@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import _reliability_damage, _reliability_env, _reliability_server
+from benchmarks import (
+    _reliability_damage,
+    _reliability_env,
+    _reliability_scoring,
+    _reliability_server,
+    _reliability_writes,
+)
 
 
 def assert_all_held(rows) -> None:
@@ -26,8 +32,24 @@ def test_fault_injecting_servers_lose_no_episode(tmp_path):
     assert rows[0].tried == 12 and rows[0].notes["fault_rate"] >= 0.3
 
 
-@pytest.mark.parametrize("probe", ["data", "buffers"])
+@pytest.mark.parametrize("probe", ["data", "buffers", "writes"])
 def test_damage_is_reported(probe, tmp_path):
-    rows = (_reliability_damage.data_rows(7, 1, tmp_path) if probe == "data"
-            else _reliability_damage.buffer_rows(10, 1, tmp_path))
+    rows = {"data": lambda: _reliability_damage.data_rows(7, 1, tmp_path),
+            "buffers": lambda: _reliability_damage.buffer_rows(10, 1, tmp_path),
+            "writes": lambda: _reliability_writes.run(tmp_path)}[probe]()
     assert_all_held(rows)
+
+
+def test_math_scoring_holds_under_load():
+    pytest.importorskip("math_verify", reason="needs: pip install 'math-verify[antlr4_13_2]'")
+    rows = _reliability_scoring.run(4)
+    assert_all_held(rows)
+    assert rows[0].tried == 4 and rows[1].tried >= 10
+
+
+def test_a_partial_run_never_replaces_the_full_result():
+    from benchmarks.reliability import result_name
+
+    assert result_name("abcde", quick=False) == result_name("edcba", quick=False) == "reliability"
+    assert result_name("ce", quick=False) == "reliability_ce"
+    assert result_name("abcde", quick=True) == "reliability_quick_abcde"

@@ -37,6 +37,7 @@ from optima_train.buffers import (
 )
 from optima_train.buffers import schema as schema_module
 from optima_train.cli import app
+from tests.train.unstorable import UNSTORABLE, buffer_files, rejected_records
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -190,11 +191,66 @@ class TestUnstorableRecords:
         assert EpisodeRecord.from_dict(kept[0]["record"]) == bad
         assert verify_buffer(tmp_path / "buf")[0].rejected == 1
 
-    def test_a_batch_of_only_bad_records_writes_no_part(self, records, tmp_path):
-        bad = dataclasses.replace(records[0], turns=(dataclasses.replace(records[0].turns[0], token_ids=(2**40,)),))
+    @pytest.mark.parametrize("kind", sorted(UNSTORABLE))
+    def test_a_good_record_beside_a_bad_one_is_written(self, records, tmp_path, kind):
+        bad = UNSTORABLE[kind](records[3])
+        with pytest.warns(BufferWarning, match=re.escape("wrote 1 of 2 records to")):
+            part = write_episodes(tmp_path / "buf", [records[0], bad])
+        assert read_episodes(tmp_path / "buf") == [records[0]]
+        assert rejected_records(tmp_path / "buf" / ".rejected" / f"{part.stem}.jsonl") == [bad]
+
+    @pytest.mark.parametrize("existing", [False, True], ids=["new folder", "existing buffer"])
+    @pytest.mark.parametrize("kind", sorted(UNSTORABLE))
+    @pytest.mark.parametrize("size", [1, 2])
+    def test_a_batch_of_only_bad_records_writes_nothing(self, records, tmp_path, kind, existing, size):
+        folder = tmp_path / "buf"
+        if existing:
+            write_episodes(folder, records[:1])
+        before = buffer_files(folder)
+        bad = [UNSTORABLE[kind](r) for r in (records[0], records[3])[:size]]
+        with pytest.warns(BufferWarning, match=re.escape(f"wrote none of {size} records: {size} could not be "
+                                                         f"stored, e.g. record 0 (synth-hop-ia seed 0")) as caught:
+            assert write_episodes(folder, bad) is None
+        assert buffer_files(folder) == before  # no part, the manifest unchanged (or still absent)
+        [sidecar] = (folder / ".rejected").iterdir()
+        assert rejected_records(sidecar) == bad and str(sidecar) in str(caught[0].message)
+        if existing:
+            assert read_episodes(folder) == records[:1]
+
+    def test_the_writer_reports_a_flush_of_only_bad_records(self, records, tmp_path):
         with pytest.warns(BufferWarning, match="wrote none of 1 records"):
-            assert write_episodes(tmp_path / "buf", [bad]) is None
-        assert read_episodes(tmp_path / "buf") == [] and len(list((tmp_path / "buf" / ".rejected").iterdir())) == 1
+            with EpisodeWriter(tmp_path / "buf", flush_every=1) as writer:
+                writer.add(UNSTORABLE["token id 2**31"](records[0]))
+        assert writer.parts == [] and len(list((tmp_path / "buf" / ".rejected").iterdir())) == 1
+
+
+class TestNotABuffer:
+    """A folder that holds no buffer is an error naming it, never a buffer of no episodes."""
+
+    @pytest.mark.parametrize("content", ["nothing", "other files", "only rejected records", "only a temp file"])
+    def test_a_folder_without_parts_or_manifest_is_refused(self, records, tmp_path, content):
+        folder = tmp_path / "runs" / "iter0"
+        folder.mkdir(parents=True)
+        if content == "other files":
+            (folder / "notes.txt").write_text("not episodes")
+            (folder / "sub").mkdir()
+        elif content == "only rejected records":
+            with pytest.warns(BufferWarning):
+                write_episodes(folder, [UNSTORABLE["token id 2**31"](records[0])])
+        elif content == "only a temp file":
+            (folder / ".part-00000.parquet.tmp-0a1b2c3d").write_bytes(b"PAR1")
+        message = f"{folder} holds no episode buffer: no part-*.parquet files and no {MANIFEST_NAME}"
+        for read in (read_episodes, verify_buffer, load_episode_dataset):
+            with pytest.raises(BufferCorruptError, match=re.escape(message)) as caught:
+                read(folder)
+            assert "Check the path" in str(caught.value)
+        if content == "only rejected records":
+            assert "its .rejected/ keeps 1 record(s) that could not be stored" in str(caught.value)
+
+    def test_a_manifest_listing_no_parts_is_an_empty_buffer(self, tmp_path):
+        (tmp_path / "buf").mkdir()
+        assert rebuild_manifest(tmp_path / "buf") == []
+        assert read_episodes(tmp_path / "buf") == [] and verify_buffer(tmp_path / "buf") == []
 
 
 def _flip(path: Path, offset: int) -> None:
