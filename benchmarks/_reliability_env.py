@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 
 import optima_envs
+from optima_envs.core.reset_args import ResetOptionWarning
 from optima_envs.core.text import repair_text
 from optima_envs.errors import ConfigError, EpisodeEndedError, InvalidActionError, OptimaError
 
@@ -32,7 +34,7 @@ _ALPHABET = list("abc <A>/ 12.\u00e9\u4e2d\U0001F600\n\t\x00\x1b\u2028") + [
 _BAD_IDS: list[Any] = [[-1], [True], [1.5], ["7"], [2**31], [[1]], "123", 7, {"a": 1}]
 _BAD_ACTIONS: list[Any] = [3, None, b"bytes", ["a"], ("a",), {"token_ids": [1]}, {"text": 5}]
 _BAD_RESETS: list[tuple[Any, Any]] = [
-    (True, None), ([1, 2], None), (-3, None), ("7", None), (1.5, None), (0, "index"), (0, {"idx": 1}),
+    (True, None), ([1, 2], None), (-3, None), ("7", None), (1.5, None), (0, "index"),
     (0, {"index": 10**9}), (0, {"index": "3"}), (0, {"index": True}), (0, {"format_instruction": 10**6}),
     (0, {"format_instruction": "be brief \ud800"}), (0, {"instance": "q"}), (0, ["index", 1]),
 ]
@@ -114,7 +116,10 @@ def _one_step(env: Any, rng: np.random.Generator, tally: Tally) -> None:
 
 
 def _reset(env: Any, rng: np.random.Generator, tally: Tally) -> bool:
-    """One reset attempt: invalid ones must raise ConfigError; returns whether the env is live."""
+    """One reset attempt: invalid ones must raise ConfigError, an unknown option key must be
+    ignored (the episode is the one without it); returns whether the env is live."""
+    if rng.random() < 0.03:
+        return _unknown_option(env, int(rng.integers(2**31)), tally)
     if rng.random() < 0.1:
         seed, options = _BAD_RESETS[int(rng.integers(len(_BAD_RESETS)))]
         try:
@@ -138,6 +143,20 @@ def _reset(env: Any, rng: np.random.Generator, tally: Tally) -> bool:
         tally.fail(f"valid reset(options={options!r}) raised {type(error).__name__}: {error}")
         return False
     tally.ok()
+    return True
+
+
+def _unknown_option(env: Any, seed: int, tally: Tally) -> bool:
+    """`reset(options={"idx": 1})` plays the episode `reset` without it plays (with a warning)."""
+    try:
+        plain, _ = env.reset(seed=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResetOptionWarning)
+            typo, _ = env.reset(seed=seed, options={"idx": 1})
+    except Exception as error:  # the probe's point: anything else is a failure to report
+        tally.fail(f"reset(seed={seed}, options={{'idx': 1}}) raised {type(error).__name__}: {error}")
+        return False
+    tally.check(typo == plain, f"reset(seed={seed}, options={{'idx': 1}}) played another episode than without it")
     return True
 
 
