@@ -54,10 +54,11 @@ for _name, _module, _family, _description in _DATASET_TASKS:
 
 # Multi-agent games: a fixed seat per agent, scored by the game's own rules.
 register(EnvSpec(
-    name="referential-game", version=1, entry_point="optima_envs.tasks.referential:make_task", family="game",
+    name="referential-game", version=2, entry_point="optima_envs.tasks.referential:make_task", family="game",
     description="Speaker sees the target among 4-6 invented objects; listener picks it from its own shuffled, "
                 "relabelled view (1 for the target, else 0).",
-    changes={1: "first release"}, heldout_kwargs={"split": "validation"},
+    changes={1: "first release", 2: "the speaker's prompt gives the target's description beside its number"},
+    heldout_kwargs={"split": "validation"},
 ))
 register(EnvSpec(
     name="negotiation-game", version=1, entry_point="optima_envs.tasks.negotiation:make_task", family="game",

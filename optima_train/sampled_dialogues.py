@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["EPISODES", "SampledDialogues", "component_means", "floats", "load_records", "mean", "save_records"]
+__all__ = ["EPISODES", "SampledDialogues", "component_means", "floats", "load_records", "mean", "per_agent",
+           "save_records"]
 
 EPISODES = "episodes"  # an episode buffer directory (optima_train.buffers)
 
@@ -64,6 +65,7 @@ class SampledDialogues:
         """`per_question` seeded dialogues for every training question with `model_before(it)`,
         saved to `folder` (answers constrained where `generation.constrained_answers` says so for
         iteration `it`); returns the records and the step's info."""
+        import optima_envs
         from optima_agents.rollout import EpisodeSpec, RolloutEngine, derive_seed
         from optima_train.config_base import constrains
 
@@ -73,10 +75,12 @@ class SampledDialogues:
                              constrain_answers=constrained)
                  for q in range(t.train_first_index, t.train_first_index + t.train_questions)
                  for j in range(per_question)]
-        policy = self._policy_for(self.model_before(it), sampling)
         g = cfg.generation
-        engine = RolloutEngine(t.env_id, policy, env_kwargs=self._env_kwargs(t.train_kwargs()), max_live=g.max_live,
-                               progress=cfg.run.progress, scheduling=g.scheduling, max_inflight=g.max_inflight)
+        env = optima_envs.make(t.env_id, **self._env_kwargs(t.train_kwargs()))
+        policy = per_agent(self._policy_for(self.model_before(it), sampling), sampling,
+                           getattr(g, "agent_temperatures", {}), env.possible_agents)
+        engine = RolloutEngine(env, policy, max_live=g.max_live, progress=cfg.run.progress, scheduling=g.scheduling,
+                               max_inflight=g.max_inflight)
         records = engine.run(specs)
         save_records(folder / EPISODES, records, writer=self.NAME)
         stats = engine.last_stats
@@ -105,6 +109,20 @@ class SampledDialogues:
         scored = [replace(rec, reward_components={**rec.reward_components, **floats(res.components)})
                   for rec, res in zip(records, batch.results)]
         return scored, batch, loss_fn
+
+
+def per_agent(policy: Any, sampling: Any, temperatures: Mapping[str, float], agents: Sequence[str]) -> Any:
+    """`policy`, or one policy per agent when some agents sample at their own temperature (each
+    shares the loaded model through `with_sampling`)."""
+    if not temperatures:
+        return policy
+    strangers = sorted(set(temperatures) - set(agents))
+    if strangers:
+        from optima_envs.errors import ConfigError
+
+        raise ConfigError(f"generation.agent_temperatures names {strangers}, not agents of this env {list(agents)}")
+    return {a: policy.with_sampling(replace(sampling, temperature=float(temperatures[a]))) if a in temperatures
+            else policy for a in agents}
 
 
 def component_means(results: Sequence[Any], keys: Sequence[str]) -> dict[str, float | None]:

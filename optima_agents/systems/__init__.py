@@ -4,7 +4,7 @@
     system = make_system("sc", k=4)          # or make_system("sc:k=4")
     outcomes = system.run(SystemContext(env_id, env_kwargs, questions, policy))
 
-Built in: `cot`, `sc`, `mad`, `mas`, `autoform`, `mas-sc` (each module's docstring says what
+Built in: `cot`, `sc`, `solo`, `mad`, `mas`, `autoform`, `mas-sc` (each module's docstring says what
 it does and which choices it makes). A new system is one file: a dataclass subclass of
 `System` whose fields are its settings, with `name` and `run(context)`, registered with
 `register_system`, or from another package through the entry-point group `optima.systems`
@@ -21,7 +21,7 @@ import yaml
 from optima_agents.systems.base import Outcome, Question, Sample, System, SystemContext, heldout_questions
 from optima_agents.systems.debate import MultiAgentDebate
 from optima_agents.systems.dialogue import AutoForm, Dialogue, DialogueVote
-from optima_agents.systems.single import ChainOfThought, SelfConsistency
+from optima_agents.systems.single import ChainOfThought, NoTalk, SelfConsistency
 from optima_envs.errors import ConfigError
 from optima_envs.plugins import Registry
 
@@ -57,7 +57,7 @@ def register_system(cls: type[System]) -> type[System]:
     return SYSTEMS.register(name, cls)
 
 
-for _cls in (ChainOfThought, SelfConsistency, MultiAgentDebate, Dialogue, AutoForm, DialogueVote):
+for _cls in (ChainOfThought, SelfConsistency, NoTalk, MultiAgentDebate, Dialogue, AutoForm, DialogueVote):
     register_system(_cls)
 
 

@@ -28,7 +28,7 @@ from optima_envs.scoring.result import score_response
 
 __all__ = [
     "SOLO_INSTRUCTION", "SOLO_SYSTEM", "Outcome", "Question", "Sample", "System", "SystemContext", "answer_prompt",
-    "as_outcome", "heldout_questions", "majority", "prefix_vote", "reply_tokens", "sample_of", "solo_observation",
+    "as_outcome", "best_of", "chosen_outcome", "heldout_questions", "majority", "prefix_vote", "reply_tokens", "sample_of", "solo_observation",
     "vote_key",
 ]
 
@@ -86,7 +86,9 @@ class Outcome:
 
     `infra_failure` means the question could not be answered for reasons outside the model
     (every sample failed); `score_ok=False` that its final answer could not be scored. Neither
-    is a wrong answer: both are counted apart and left out of the mean score.
+    is a wrong answer: both are counted apart and left out of the mean score. `transcript` is the
+    dialogue of a single-dialogue system (`{"speaker", "text"}` per turn), kept so that a message
+    ablation can swap in another question's messages.
     """
 
     position: int
@@ -99,17 +101,25 @@ class Outcome:
     score_error: str | None = None
     error: str | None = None
     samples: tuple[Sample, ...] = ()
+    transcript: tuple[Mapping[str, str], ...] = ()
 
     @property
     def scored(self) -> bool:
         return not self.infra_failure and self.score_ok and self.score is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "samples": [s.to_dict() for s in self.samples]}
+        """JSON data; `transcript` only when the system recorded one, so cells without it read
+        as they always did."""
+        data = {**asdict(self), "samples": [s.to_dict() for s in self.samples],
+                "transcript": [dict(m) for m in self.transcript]}
+        if not self.transcript:
+            del data["transcript"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Outcome":
-        return cls(**{**data, "samples": tuple(Sample(**s) for s in data.get("samples", ()))})
+        return cls(**{**data, "samples": tuple(Sample(**s) for s in data.get("samples", ())),
+                      "transcript": tuple(dict(m) for m in data.get("transcript", ()))})
 
 
 @dataclass
@@ -123,6 +133,8 @@ class SystemContext:
     policy: Any
     max_new_tokens: int = 128
     progress: bool = False
+    ablation: Any = None
+    """A `MessageAblation` to play the dialogues under (systems with `ablatable`), or None."""
 
     def env(self, **overrides: Any) -> Any:
         import optima_envs
@@ -151,6 +163,8 @@ class System:
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    ablatable: ClassVar[bool] = False
+    """The system plays the env's dialogue once per question and honours `SystemContext.ablation`."""
 
     def settings(self) -> dict[str, Any]:
         return asdict(self)  # type: ignore[call-overload]
@@ -204,13 +218,13 @@ def reply_tokens(action: Any, count: Callable[[str], int] = default_token_count)
     return len(action.token_ids) if action.token_ids else (count(action.text) if action.text else 0)
 
 
-def sample_of(env: Any, action: Any, instance: TaskInstance) -> Sample:
-    """One reply as a `Sample`: scored with the task's own extractor and metric, or an infra
-    failure when the backend failed."""
+def sample_of(env: Any, action: Any, instance: TaskInstance, metric: Any = None) -> Sample:
+    """One reply as a `Sample`: scored with the task's own extractor and metric (or `metric`), or
+    an infra failure when the backend failed."""
     tokens = reply_tokens(action)
     if action.failed:
         return Sample(None, None, True, tokens, infra_failure=True, error=action.error or "policy error")
-    result = score_response(action.text, instance, extractor=env.task.extract, metric=env.task.metric)
+    result = score_response(action.text, instance, extractor=env.task.extract, metric=metric or env.task.metric)
     return Sample(result.answer, result.score, result.ok, tokens, score_error=result.error)
 
 
@@ -233,21 +247,42 @@ def majority(samples: Sequence[Sample], position: int, instance_id: str) -> Outc
     """The outcome of a vote: the most common answer (by `vote_key`) among the samples that ran;
     a tie goes to the answer given first. The winner's score is the score of its first sample.
     Tokens are the sum over every sample. Every sample an infra failure: the outcome is one."""
+    return chosen_outcome(samples, position, instance_id, _vote_winner)
+
+
+def best_of(samples: Sequence[Sample], position: int, instance_id: str) -> Outcome:
+    """The outcome of the best-scoring sample among those scored (the first on ties; none scored:
+    the first that ran); tokens summed over all. Every sample an infra failure: the outcome is one."""
+    return chosen_outcome(samples, position, instance_id, _best_scored)
+
+
+def chosen_outcome(samples: Sequence[Sample], position: int, instance_id: str,
+                   choose: Callable[[list[Sample]], Sample]) -> Outcome:
+    """The outcome of the sample `choose` picks among those that ran, with every sample's tokens;
+    an infra failure when none ran."""
     tokens = sum(s.tokens for s in samples)
     ran = [s for s in samples if not s.infra_failure]
     if not ran:
         error = next((s.error for s in samples if s.error), "every sample failed")
         return Outcome(position, instance_id, None, None, True, tokens, infra_failure=True, error=error,
                        samples=tuple(samples))
+    winner = choose(ran)
+    return Outcome(position, instance_id, winner.answer, winner.score, winner.score_ok, tokens,
+                   score_error=winner.score_error, samples=tuple(samples))
+
+
+def _vote_winner(ran: list[Sample]) -> Sample:
     keys = [vote_key(s.answer) for s in ran]
     counts = Counter(k for k in keys if k is not None)
     if not counts:
-        winner = ran[0]
-    else:
-        best = max(counts.values())
-        winner = next(s for s, k in zip(ran, keys) if k is not None and counts[k] == best)
-    return Outcome(position, instance_id, winner.answer, winner.score, winner.score_ok, tokens,
-                   score_error=winner.score_error, samples=tuple(samples))
+        return ran[0]
+    best = max(counts.values())
+    return next(s for s, k in zip(ran, keys) if k is not None and counts[k] == best)
+
+
+def _best_scored(ran: list[Sample]) -> Sample:
+    scored = [s for s in ran if s.score_ok and s.score is not None]
+    return max(scored, key=lambda s: s.score) if scored else ran[0]
 
 
 def prefix_vote(outcome: Outcome, k: int) -> Outcome:

@@ -4,12 +4,14 @@ format, after Chen et al. 2024, "AutoForm"), and `mas-sc` (k sampled dialogues p
 a majority vote over their final answers).
 
 A dialogue's tokens are every utterance of every agent (the env's `total_tokens`); its answer
-and score are the env's (the task's termination rule and final-answer scoring).
+and score are the env's (the task's termination rule and final-answer scoring). `mas` and
+`autoform` keep each question's transcript and can be played under a message ablation
+(`SystemContext.ablation`, `optima_agents.systems.ablation`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from optima_agents.rollout.engine import EpisodeSpec, RolloutEngine, derive_seed
@@ -25,7 +27,7 @@ from optima_agents.systems.base import (
     majority,
 )
 
-__all__ = ["AUTOFORM_INSTRUCTION", "AutoForm", "Dialogue", "DialogueVote"]
+__all__ = ["AUTOFORM_INSTRUCTION", "AutoForm", "Dialogue", "DialogueVote", "dialogue_outcome", "dialogue_sample", "play"]
 
 #: Our wording of AutoForm's instruction: any compact format the agents choose, not prose.
 AUTOFORM_INSTRUCTION = ("Communicate in whatever concise format suits the task best, not natural language: for "
@@ -34,17 +36,20 @@ AUTOFORM_INSTRUCTION = ("Communicate in whatever concise format suits the task b
 
 
 def play(context: SystemContext, questions: Sequence[Question], *, temperature: float,
-         sampling_seeds: Sequence[int], format_instruction: str | None) -> list[list[Sample]]:
+         sampling_seeds: Sequence[int], format_instruction: str | None) -> list[list[Any]]:
     """One dialogue per question and sampling seed, all through one rollout engine run (so the
-    engine keeps every dialogue of every sample in flight together); `[sample][question]`."""
+    engine keeps every dialogue of every sample in flight together), under the context's message
+    ablation when it has one; the `EpisodeRecord`s as `[sample][question]`."""
     policy = context.policy_with(temperature=temperature)
     options = {"format_instruction": format_instruction} if format_instruction else {}
-    specs = [EpisodeSpec(seed=q.seed, index=q.index, options=options, sampling_seed=s)
+    ablation = context.ablation
+    specs = [EpisodeSpec(seed=q.seed, index=q.index, sampling_seed=s,
+                         options={**options, **(ablation.options(q.position) if ablation else {})})
              for s in sampling_seeds for q in questions]
     engine = RolloutEngine(context.env_id, policy, env_kwargs=dict(context.env_kwargs), progress=context.progress)
-    samples = [dialogue_sample(r) for r in engine.run(specs)]
+    records = engine.run(specs)
     n = len(questions)
-    return [samples[i * n:(i + 1) * n] for i in range(len(sampling_seeds))]
+    return [records[i * n:(i + 1) * n] for i in range(len(sampling_seeds))]
 
 
 def dialogue_sample(record: Any) -> Sample:
@@ -52,6 +57,12 @@ def dialogue_sample(record: Any) -> Sample:
     return Sample(answer=record.final_answer, score=record.score, score_ok=record.score_ok,
                   tokens=record.total_tokens, infra_failure=record.infra_failure,
                   score_error=record.score_error, error=record.error)
+
+
+def dialogue_outcome(record: Any, question: Question) -> Outcome:
+    """A single dialogue's outcome, with its transcript (the donor of a swap ablation)."""
+    outcome = as_outcome(dialogue_sample(record), question.position, question.instance.instance_id)
+    return replace(outcome, transcript=tuple({"speaker": t.speaker, "text": t.text} for t in record.turns))
 
 
 @dataclass
@@ -67,14 +78,15 @@ class Dialogue(System):
 
     name = "mas"
     summary = "the env's multi-agent dialogue, plain or with a format instruction"
+    ablatable = True
 
     def __post_init__(self) -> None:
         check_temperature(self.name, self.temperature)
 
     def run(self, context: SystemContext) -> list[Outcome]:
-        [samples] = play(context, context.questions, temperature=self.temperature, sampling_seeds=[0],
+        [records] = play(context, context.questions, temperature=self.temperature, sampling_seeds=[0],
                          format_instruction=self.format_instruction)
-        return [as_outcome(s, q.position, q.instance.instance_id) for q, s in zip(context.questions, samples)]
+        return [dialogue_outcome(r, q) for q, r in zip(context.questions, records)]
 
 
 @dataclass
@@ -115,5 +127,5 @@ class DialogueVote(System):
         runs = play(context, questions, temperature=self.temperature,
                     sampling_seeds=[derive_seed(sample) for sample in range(self.k)],
                     format_instruction=self.format_instruction)
-        return [majority([run[i] for run in runs], q.position, q.instance.instance_id)
+        return [majority([dialogue_sample(run[i]) for run in runs], q.position, q.instance.instance_id)
                 for i, q in enumerate(questions)]

@@ -12,6 +12,7 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from optima_envs.core import render as render_lib
+from optima_envs.core.ablation import ablated_transcript, parse_ablation
 from optima_envs.core.reset_args import check_options, check_seed
 from optima_envs.core.spaces import DialogueObservationSpace, MessageSpace
 from optima_envs.core.state import DialogueState, EnvSnapshot
@@ -69,7 +70,8 @@ class DialogueEnv(ParallelEnv):
     env's private RNG), deals the evidence with the same RNG and writes each system prompt.
     `options["format_instruction"]` adds a format instruction: a string, an index into the
     format pool, or "sample" for one drawn from the RNG; `options["instance"]` plays a given
-    `TaskInstance`. `seed` is a non-negative int or None; any other seed, or options that are not
+    `TaskInstance`; `options["ablation"]` removes or swaps the other agents' messages in the
+    agents' views, for measuring what talking contributed (`optima_envs.core.ablation`). `seed` is a non-negative int or None; any other seed, or options that are not
     a dict, raise `ConfigError` listing what is accepted (`RESET_OPTIONS`); an unknown key is
     ignored with one `ResetOptionWarning` per env.
 
@@ -159,6 +161,7 @@ class DialogueEnv(ParallelEnv):
             instance = self.task.source.get(self._pick_index(options.get("index")))
         evidence = self.task.split_evidence(instance, len(self.possible_agents), self._rng)
         format_instruction = self._pick_format_instruction(options.get("format_instruction"))
+        ablation = parse_ablation(options["ablation"], self.possible_agents) if "ablation" in options else None
         prompts = tuple(
             self.task.prompts.system_prompt(
                 agent=name, agents=self.possible_agents, role=self._roles[i], instance=instance,
@@ -168,7 +171,7 @@ class DialogueEnv(ParallelEnv):
         )
         self._state = DialogueState(
             instance=instance, roles=self._roles, evidence=evidence, system_prompts=prompts,
-            format_instruction=format_instruction, agent_tokens=(0,) * len(self.possible_agents),
+            format_instruction=format_instruction, agent_tokens=(0,) * len(self.possible_agents), ablation=ablation,
         )
         self.agents = list(self.possible_agents)
         observations = self.observations_for(self._state)
@@ -311,6 +314,7 @@ class DialogueEnv(ParallelEnv):
             instance=state.instance, roles=state.roles, evidence=state.evidence,
             system_prompts=state.system_prompts, format_instruction=state.format_instruction,
             messages=(*state.messages, message), agent_tokens=tuple(tokens), end_reason=end_reason,
+            ablation=state.ablation,
         )
         if end_reason is not None:
             new_state = replace(new_state, outcome=self._score(new_state))
@@ -353,7 +357,7 @@ class DialogueEnv(ParallelEnv):
                 "question": question,
                 "evidence": tuple(e.render() for e in state.evidence[i]),
                 "system_prompt": state.system_prompts[i],
-                "transcript": tuple(m.as_observation() for m in state.messages),
+                "transcript": ablated_transcript(state.messages, agent, state.ablation),
                 "speaker": speaker,
                 "turn": state.turn,
                 "max_turns": self.max_turns,

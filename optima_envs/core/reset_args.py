@@ -23,6 +23,8 @@ RESET_OPTIONS: Mapping[str, str] = {
     "format_instruction": "a format instruction: a string, an index into the format pool, or 'sample'",
     "index": "the instance index, an int in [0, len(source))",
     "instance": "a TaskInstance to play instead of one from the source",
+    "ablation": "alter the agents' views of each other's messages: {'mode': 'remove'} or {'mode': 'swap', "
+                "'messages': [{'turn': t, 'text': ...}]} (optima_envs.core.ablation)",
 }
 
 

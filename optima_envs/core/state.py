@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from optima_envs.core.ablation import Ablation
 from optima_envs.core.task import Role
 from optima_envs.core.types import Evidence, Message, TaskInstance
 
@@ -20,6 +21,8 @@ class DialogueState:
     agent_tokens: tuple[int, ...] = ()
     end_reason: str | None = None
     outcome: Mapping[str, Any] = field(default_factory=dict)
+    ablation: Ablation | None = None
+    """How the agents' views of each other's messages are altered (None: they are not)."""
 
     @property
     def turn(self) -> int:

@@ -38,6 +38,14 @@ this instance (e.g. `<A>[A-D]</A>` in a game with four labels). Policies that su
 constrained decoding can sample answer moves from it, so exploration starts from moves the task
 can read."""
 
+AnswerPlace = Callable[[TaskInstance, Sequence[Sequence[Evidence]], int], str]
+"""Where an instance's answer lies ("alone", "partner" or "named", `optima_envs.core.places`),
+given every seat's evidence and the first seat that gives answers."""
+
+SoloMetric = Callable[[str, TaskInstance, int], float]
+"""Scores an answer that the agent in seat `seat` gave alone, from its own view (for a game whose
+`metric` reads an answer as the first seat's)."""
+
 TerminationRule = Callable[[Sequence[Message], Message], "str | None"]
 """Given the earlier messages and the new one, returns the name of the rule that ends the
 dialogue (recorded in infos as `end_reason`), or None to continue."""
@@ -109,6 +117,11 @@ class Task:
     """A fixed number of agents (a game with one seat per role), or None for any number >= 2."""
     answer_pattern: AnswerPattern | None = None
     """The regex of a reply that is exactly one readable answer move (None: the task has none)."""
+    answer_place: AnswerPlace | None = None
+    """Where an instance's answer lies (`optima_envs.core.places`); None: read off the gold text
+    on information-asymmetric tasks, no split on the others."""
+    solo_metric: SoloMetric | None = None
+    """Scores one seat's answer given alone (the no-talk baseline); None: `metric`, whatever the seat."""
 
 
 def instance_gold_for_info(instance: TaskInstance) -> Any:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from optima_envs.core.places import always_partner
 from optima_envs.core.task import DialogueOutcome, Role, Task
 from optima_envs.core.types import Evidence, Message, TaskInstance
 from optima_envs.errors import ConfigError
@@ -271,9 +272,17 @@ def _no_deal(agents: Sequence[str], reason: str) -> DialogueOutcome:
 
 def score_proposal(answer: str, instance: TaskInstance) -> float:
     """One answer alone (a single agent playing seat 0): the score of the split it proposes."""
+    return score_seat_proposal(answer, instance, 0)
+
+
+def score_seat_proposal(answer: str, instance: TaskInstance, seat: int) -> float:
+    """The score of the split seat `seat` proposes alone (it takes what it names, the partner the
+    rest), as if the partner accepted it; anything but a valid proposal scores 0."""
     game = Game.of(instance)
     move = parse_move(answer, game.items, game.counts)
-    return game.score(move.take) if isinstance(move, Proposal) else 0.0
+    if not isinstance(move, Proposal):
+        return 0.0
+    return game.score(move.take if seat == 0 else game.rest(move.take))
 
 
 # --- what each seat sees -------------------------------------------------------------------
@@ -359,4 +368,6 @@ def make_task(*, item_types: int = 3, max_count: int = 4, total_value: int = 10,
         score_dialogue=score_negotiation,
         num_agents=2,
         answer_pattern=move_pattern,
+        answer_place=always_partner,
+        solo_metric=score_seat_proposal,
     )

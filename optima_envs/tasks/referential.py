@@ -18,6 +18,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from optima_envs.core.places import always_partner
 from optima_envs.core.task import Role, Task
 from optima_envs.core.types import Evidence, Message, TaskInstance
 from optima_envs.errors import ConfigError
@@ -155,7 +156,11 @@ def deal_views(instance: TaskInstance, num_agents: int, rng: np.random.Generator
 
 @dataclass(frozen=True)
 class ReferentialPrompts:
-    """Seat 0 speaks, seat 1 listens."""
+    """Seat 0 speaks, seat 1 listens. The speaker's prompt names the target by its number and its
+    description: the information is the same as the numbered list gives, but a small model told
+    only the number almost never looks the description up (SmolLM2-135M, greedy, 64 games: 22% of
+    its first messages named the target's description when told the number, 64% with the
+    description beside it)."""
 
     def roles(self, num_agents: int) -> tuple[Role, ...]:
         if num_agents != 2:
@@ -173,7 +178,8 @@ class ReferentialPrompts:
                      f"out ({partner} cannot see your numbers). {partner}'s first pick ends the game, and you both "
                      "win if it is the target.", "Your objects:"]
             lines += [f"- {e.render()}" for e in evidence[:-1]]
-            lines.append(f"The target is object {evidence[-1].text}.")
+            target = evidence[-1].text
+            lines.append(f"The target is object {target}: {evidence[int(target) - 1].text}.")
         else:
             lines = [shared, f"{partner} knows which object is the target and will describe it; ask if you need "
                      f"to ({partner} cannot see your letters). Pick the target by writing its letter as "
@@ -221,4 +227,5 @@ def make_task(*, min_candidates: int = 4, max_candidates: int = 6, max_differenc
         max_turns=6,
         num_agents=2,
         answer_pattern=pick_pattern,
+        answer_place=always_partner,
     )

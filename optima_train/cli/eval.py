@@ -2,10 +2,14 @@
 
     optima eval --model runs/isft/iter_001/training/checkpoint --env synth-hop-ia --episodes 200
     optima eval --model smollm2-135m --env synth-hop-ia --format-instruction concise
+    optima eval --model runs/.../checkpoint --env referential-game --diagnostics   # did the gain come from talking?
 
 Greedy dialogues; writes a JSON with the mean score and mean tokens per dialogue, each with a
 95% bootstrap interval (see `optima_train.evaluation`), plus the per-episode buffer beside it.
-Exits 1, after writing both, when no episode could be scored (every one an infra failure or a
+With `--diagnostics` it also plays the same questions with each agent answering alone (the
+no-talk ceiling) and with the partners' messages swapped for another question's or removed
+(`comm_gain`, paired 95% interval), and splits the score by where each answer lies
+(`optima_train.leaderboard.diagnostics`). Exits 1, after writing both, when no episode could be scored (every one an infra failure or a
 scoring error): a run that measured nothing must not look like a success.
 """
 
@@ -46,10 +50,13 @@ def evaluate(
     max_turns: int | None = typer.Option(None, "--max-turns", help="Turn limit (task default: 10)."),
     backend: str = typer.Option("hf", "--backend", help=backend_help()),
     base_url: list[str] = typer.Option([], "--base-url", help="OpenAI-compatible server URL (repeatable)."),
-    dtype: str = typer.Option("bfloat16", "--dtype", help="Model dtype (hf/vllm)."),
+    dtype: str = typer.Option("auto", "--dtype", help="Model dtype (hf/vllm); auto: bf16 where the hardware runs it "
+                              "natively, else float32."),
     format_instruction: str | None = typer.Option(
         None, "--format-instruction", help="'concise' (CONCISE_INSTRUCTION), a format-pool index, or text."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Result JSON (default runs/eval/<env>-<split>-<model>.json)."),
+    diagnostics: bool = typer.Option(False, "--diagnostics", help="Also measure whether the score came from "
+                                     "talking: no-talk ceiling, message ablations (comm gain), score by answer place."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Evaluate a model greedily on held-out dialogues: score and tokens with 95% intervals."""
@@ -80,17 +87,28 @@ def evaluate(
         import optima_envs
 
         optima_envs.make(env_id, **env_kwargs).reset(seed=0, options={"index": first_index})  # fail fast
+        from optima_agents.models.dtypes import resolve_dtype_here
+
         kwargs = {"base_urls": list(base_url)} if base_url else {}
         policy = build_policy(backend, model, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, seed=None),
-                              dtype=dtype, backend_kwargs=kwargs)
+                              dtype=resolve_dtype_here(dtype), backend_kwargs=kwargs)
         result, records = run_eval(policy, env_id, env_kwargs=env_kwargs, episodes=episodes, first_index=first_index,
                                    seed=seed, options=options, progress=progress, model_name=model)
+        found = None
+        if diagnostics:
+            from optima_train.leaderboard.diagnostics import diagnose
+
+            found = diagnose(env_id, env_kwargs, policy, records, seed=seed, first_index=first_index,
+                             max_new_tokens=max_new_tokens, format_instruction=options.get("format_instruction"),
+                             progress=progress)
     except (OptimaError, ValueError) as error:
         err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
         raise typer.Exit(code=1) from None
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model.strip("/").replace("/", "_"))[-80:]
     output = output or Path("runs") / "eval" / f"{env_id}-{split or 'default'}-{slug}.json"
     data = {**result.to_dict(), "options": options, "first_index": first_index, "seed": seed, "backend": backend}
+    if found is not None:
+        data["diagnostics"] = found
     atomic_write_json(output, data)
     write_episodes(output.with_suffix(""), records, metadata={"command": "eval", "model": model})
     table = Table(title=f"{env_id} ({split or 'default'}) with {model}", show_header=False)
@@ -98,11 +116,28 @@ def evaluate(
     table.add_row("score (95% CI)", f"{result.score}  (n={result.score.n})")
     table.add_row("tokens / dialogue (95% CI)", f"{result.tokens.mean:.1f} [{result.tokens.low:.1f}, {result.tokens.high:.1f}]")
     table.add_row("excluded", ", ".join(f"{k} {v}" for k, v in result.excluded.items()))
+    if found is not None:
+        for name, value in _diagnostic_rows(found):
+            table.add_row(name, value)
     table.add_row("written to", str(output))
     Console(soft_wrap=True).print(table)
     if result.score.n == 0:
         err.print(f"[red]error:[/red] {escape(_nothing_scored(records))}", highlight=False)
         raise typer.Exit(code=1)
+
+
+def _diagnostic_rows(found: dict[str, Any]) -> list[tuple[str, str]]:
+    """The diagnostics as table rows."""
+    from optima_train.evaluation import Interval
+
+    rows = [("no-talk ceiling (solo)", str(Interval(**found["no_talk"])))]
+    for mode, gain in found["comm_gain"].items():
+        rows.append((f"comm gain, {mode} [95% CI]", f"{Interval(**gain)}  (ablated score "
+                     f"{Interval(**found['score_ablated'][mode]).mean:.3f})"))
+    for place, part in (found["places"] or {}).items():
+        if part["n"]:
+            rows.append((f"score where the answer is {place}", f"{Interval(**part)}  (n={part['n']})"))
+    return rows
 
 
 def _nothing_scored(records: list[Any]) -> str:

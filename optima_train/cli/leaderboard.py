@@ -6,6 +6,7 @@
         --model synth-isft=runs/isft/synth_hop/iter_000/training/checkpoint     # transfer
     optima leaderboard --tasks gsm8k-debate --systems cot --backend openai --base-url http://127.0.0.1:8000/v1 \\
         --model served-name --set gsm8k-debate.split=test
+    optima leaderboard --tasks referential-game --systems mas --model trained=runs/.../checkpoint --diagnostics
 
 Every cell is cached under `--out`; an identical second call computes nothing, a killed call
 resumes. Writes a markdown table and a PNG per task, one table across tasks and a JSON index.
@@ -76,6 +77,11 @@ def leaderboard(
     plan: bool = typer.Option(False, "--plan", help="List the cells (cached or to compute) and exit."),
     rescore: bool = typer.Option(False, "--rescore", help="Run no model: score the cached cells' stored answers "
                                  "again with the current metrics (after a metric fix); skip cells not on disk."),
+    ablate: str = typer.Option("", "--ablate", help="Message ablations of every mas/autoform cell: swap, remove "
+                               "(comma-separated); each is its own cached cell."),
+    diagnostics: bool = typer.Option(False, "--diagnostics", help="Whether a score came from talking: both "
+                                     "ablations, and the solo system (no-talk ceiling) on tasks with private "
+                                     "information; the tables gain no-talk, comm gain and partner-only."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Compare systems x tasks x models: score against tokens per question, cached per cell."""
@@ -90,12 +96,13 @@ def leaderboard(
             questions=questions, seed=seed, first_index=first_index, max_new_tokens=max_new_tokens,
             max_turns=max_turns, env_kwargs=_task_sets(task_set, task_list),
             scaling=[int(k) for k in _csv(scaling)], output_dir=str(out), chunk=chunk, progress=progress,
-            rescore=rescore)
+            rescore=rescore, ablations=_csv(ablate), diagnostics=diagnostics)
         if plan:
             for cell in plan_cells(config):
                 state = "cached" if cell.path(out).exists() else "to compute"
+                ablation = f" | ablation {cell.ablation}" if cell.ablation else ""
                 console.print(f"{cell.heldout.env_id} | {cell.system.name} {cell.system.settings()} | "
-                              f"{cell.model.label} | {state}", highlight=False)
+                              f"{cell.model.label}{ablation} | {state}", highlight=False)
             return
         run = run_leaderboard(config, log=lambda line: err.print(escape(line), highlight=False))
     except ValueError as error:

@@ -123,6 +123,9 @@ class GenerationSection:
                                        "it is refused).")
     samples_per_question: int = field(default=10, metadata=_help("N dialogues sampled per training question."))
     temperature: float = field(default=0.7, metadata=_help("Sampling temperature of training dialogues."))
+    agent_temperatures: dict[str, float] = field(default_factory=dict, metadata=_help(
+        "Per-agent sampling temperatures that replace `temperature` for those agents (e.g. {alice: 0.0, bob: 1.0}: "
+        "a speaker that says what it would say greedily, a listener that explores its picks)."))
     top_p: float = field(default=1.0, metadata=_help("Nucleus sampling threshold of training dialogues."))
     max_new_tokens: int = field(default=128, metadata=_help("Most tokens per utterance."))
     max_turns: int | None = field(default=None, metadata=_help("Most utterances per dialogue (None: the task's, 10)."))
@@ -143,7 +146,11 @@ class GenerationSection:
             raise ConfigError(f"generation.samples_per_question must be >= 1, got {self.samples_per_question}")
         if self.temperature < 0:
             raise ConfigError(f"generation.temperature must be >= 0, got {self.temperature}")
-        if self.samples_per_question > 1 and self.temperature == 0:
+        bad = {a: t for a, t in self.agent_temperatures.items()
+               if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0}
+        if bad:
+            raise ConfigError(f"generation.agent_temperatures must map agent names to numbers >= 0, got {bad}")
+        if self.samples_per_question > 1 and self.temperature == 0 and not any(self.agent_temperatures.values()):
             raise ConfigError(f"generation.samples_per_question={self.samples_per_question} with generation."
                               "temperature=0 samples the same greedy dialogue N times; set temperature > 0 (e.g. 0.7)")
         if not 0 < self.top_p <= 1:

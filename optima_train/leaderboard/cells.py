@@ -105,12 +105,24 @@ class Cell:
     system: System
     model: ModelSpec
     max_new_tokens: int = 128
+    ablation: str | None = None
+    """A message ablation of the system's dialogues ("remove" or "swap"): this cell is the
+    ablation of the cell with the same parts and no ablation (`base`)."""
 
     @functools.cached_property
     def identity(self) -> dict[str, Any]:
         """Everything that changes the cell's result; computed once (it stats the weight files)."""
-        return {"system": self.system.name, "settings": self.system.settings(), "model": self.model.fingerprint(),
-                "heldout": self.heldout.describe(), "max_new_tokens": self.max_new_tokens}
+        identity = {"system": self.system.name, "settings": self.system.settings(),
+                    "model": self.model.fingerprint(), "heldout": self.heldout.describe(),
+                    "max_new_tokens": self.max_new_tokens}
+        if self.ablation is not None:
+            identity["ablation"] = self.ablation
+        return identity
+
+    @property
+    def base(self) -> "Cell":
+        """The cell this one ablates (itself when it ablates nothing)."""
+        return Cell(self.heldout, self.system, self.model, self.max_new_tokens)
 
     @functools.cached_property
     def key(self) -> str:
@@ -119,7 +131,10 @@ class Cell:
 
     def path(self, root: Path) -> Path:
         label = re.sub(r"[^A-Za-z0-9._-]+", "_", self.model.label)
-        return Path(root) / "cells" / self.heldout.env_id / self.system.name / f"{label}-{self.key}.json"
+        folder = Path(root) / "cells" / self.heldout.env_id / self.system.name
+        if self.ablation is not None:
+            folder = folder / f"ablation-{self.ablation}"
+        return folder / f"{label}-{self.key}.json"
 
     def partial_path(self, root: Path) -> Path:
         return self.path(root).with_suffix(".partial.jsonl")
@@ -198,6 +213,8 @@ def write_cell(cell: Cell, root: Path, outcomes: Sequence[Outcome], *, seconds: 
     description = {**cell.identity, "key": cell.key, "label": cell.model.label,
                    "system_spec": system_spec(cell.system), "seconds": round(seconds, 1),
                    "derived_from": derived_from, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if cell.ablation is not None:
+        description["ablates"] = cell.base.key
     path = cell.path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     result = _store(path, description, outcomes)

@@ -1,6 +1,13 @@
 """Leaderboard reports from finished cells: a markdown table per task, one across tasks, a JSON
 index, and a PNG per task of score against tokens per question (95% intervals on both axes,
-the Pareto front, and one curve per system whose k varies: inference-time scaling)."""
+the Pareto front, one curve per system whose k varies: inference-time scaling, and each model's
+no-talk ceiling).
+
+On tasks whose agents hold private information a task's table also says whether a score came
+from talking (`optima_train.leaderboard.diagnostics`): `no-talk`, the same model's `solo` score;
+`comm gain`, the score lost when the partners' messages are swapped for another question's or
+removed (from the row's ablation cells, which are not rows of their own); `partner-only`, the
+score on the questions whose answer only the partner holds."""
 
 from __future__ import annotations
 
@@ -10,7 +17,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
+from optima_train.evaluation import Interval
 from optima_train.leaderboard.cells import CellResult, read_cell
+from optima_train.leaderboard.diagnostics import comm_gain, heldout_places, place_scores
 from optima_train.run_dir import atomic_write_json, atomic_write_text
 
 __all__ = ["Row", "pareto_front", "rows_of", "write_reports"]
@@ -36,6 +45,9 @@ class Row:
         # Questions with a final answer at all: a small model's low score is often no answer in
         # the task's format rather than a wrong one.
         self.answered = sum(1 for o in result.outcomes if o.answer not in (None, ""))
+        self.ablation = d.get("ablation")  # an ablation cell is shown in the row of the cell it ablates
+        self.key = d["key"]
+        self.diagnostics: Diagnostics | None = None
 
     @property
     def family(self) -> str:
@@ -44,8 +56,39 @@ class Row:
         return ":".join(parts) + f" / {self.model}"
 
 
+class Diagnostics:
+    """A row's communication diagnostics (any part may be missing: None)."""
+
+    def __init__(self, no_talk: Interval | None, gains: dict[str, Interval], partner_only: Interval | None):
+        self.no_talk, self.gains, self.partner_only = no_talk, gains, partner_only
+
+    def to_dict(self) -> dict:
+        return {"no_talk": None if self.no_talk is None else self.no_talk.__dict__,
+                "comm_gain": {mode: g.__dict__ for mode, g in self.gains.items()},
+                "partner_only": None if self.partner_only is None else self.partner_only.__dict__}
+
+
 def rows_of(results: Sequence[CellResult]) -> list[Row]:
     return [Row(r) for r in results]
+
+
+def attach_diagnostics(rows: Sequence[Row]) -> list[Row]:
+    """The board rows of one task (ablation cells folded into the rows they ablate), each with
+    its diagnostics when the task has any: a `solo` row, an ablation, or answer places."""
+    ablations: dict[str, dict[str, Row]] = defaultdict(dict)
+    for r in rows:
+        if r.ablation is not None:
+            ablations[r.result.description["ablates"]][r.ablation] = r
+    shown = [r for r in rows if r.ablation is None]
+    no_talk = {(r.model, r.dtype): r.score for r in shown if r.system_name == "solo"}
+    places = heldout_places(shown[0].result.description["heldout"]) if shown else None
+    if not (ablations or no_talk or places):
+        return shown
+    for r in shown:
+        gains = {mode: comm_gain(r.result.outcomes, a.result.outcomes) for mode, a in sorted(ablations[r.key].items())}
+        partner = place_scores(r.result.outcomes, places)["partner"] if places else None
+        r.diagnostics = Diagnostics(no_talk.get((r.model, r.dtype)), gains, partner)
+    return shown
 
 
 def pareto_front(rows: Sequence[Row]) -> set[int]:
@@ -68,19 +111,46 @@ def _fmt(x: float, spec: str = ".3f") -> str:
 
 
 def task_table(rows: Sequence[Row]) -> str:
-    """Markdown rows for one task, best score first."""
+    """Markdown rows for one task, best score first; with the communication columns when the
+    rows carry diagnostics."""
     front = pareto_front(rows)
     order = sorted(range(len(rows)), key=lambda i: (-_nan0(rows[i].score.mean), _nan0(rows[i].tokens.mean)))
+    diagnosed = any(r.diagnostics is not None for r in rows)
+    extra = " no-talk | comm gain (swap) [95% CI] | comm gain (remove) [95% CI] | partner-only (n) |" if diagnosed else ""
     lines = ["| system | model | dtype | score [95% CI] | tokens / question [95% CI] | answered | scored | "
-             "infra failures | scoring failures | Pareto |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "infra failures | scoring failures | Pareto |" + extra,
+             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * (4 if diagnosed else 0)]
     for i in order:
         r = rows[i]
         s = r.summary
-        lines.append(f"| {r.system} | {r.model} | {r.dtype} | {_fmt(r.score.mean)} [{_fmt(r.score.low)}, {_fmt(r.score.high)}] | "
-                     f"{_fmt(r.tokens.mean, '.1f')} [{_fmt(r.tokens.low, '.1f')}, {_fmt(r.tokens.high, '.1f')}] | "
-                     f"{r.answered}/{s['questions']} | {s['scored']}/{s['questions']} | {s['infra_failures']} | {s['scoring_failures']} | "
-                     f"{'yes' if i in front else ''} |")
+        line = (f"| {r.system} | {r.model} | {r.dtype} | {_fmt(r.score.mean)} [{_fmt(r.score.low)}, {_fmt(r.score.high)}] | "
+                f"{_fmt(r.tokens.mean, '.1f')} [{_fmt(r.tokens.low, '.1f')}, {_fmt(r.tokens.high, '.1f')}] | "
+                f"{r.answered}/{s['questions']} | {s['scored']}/{s['questions']} | {s['infra_failures']} | {s['scoring_failures']} | "
+                f"{'yes' if i in front else ''} |")
+        if diagnosed:
+            line += _diagnostic_cells(r.diagnostics)
+        lines.append(line)
+    if diagnosed:
+        lines += ["", DIAGNOSTICS_NOTE]
     return "\n".join(lines)
+
+
+DIAGNOSTICS_NOTE = (
+    "no-talk: the same model's `solo` score (each agent answers from its own evidence alone, the best agent per "
+    "question counts). comm gain: the score minus the score of the same dialogues with the partners' messages "
+    "swapped for the next question's at the same turn positions (swap) or removed from every agent's view "
+    "(remove), mean over questions with a paired 95% bootstrap interval. partner-only: the score on the questions "
+    "whose answer only the partner holds (n of them).")
+
+
+def _diagnostic_cells(d: Diagnostics | None) -> str:
+    if d is None:
+        return " | | | |"
+    no_talk = "" if d.no_talk is None else _fmt(d.no_talk.mean)
+    gains = [d.gains.get(mode) for mode in ("swap", "remove")]
+    shown = ["" if g is None else f"{g.mean:+.3f} [{g.low:+.3f}, {g.high:+.3f}]" if g.n else "n/a" for g in gains]
+    partner = "" if d.partner_only is None else f"{_fmt(d.partner_only.mean)} ({d.partner_only.n})"
+    return f" {no_talk} | {shown[0]} | {shown[1]} | {partner} |"
 
 
 def _nan0(x: float) -> float:
@@ -91,7 +161,8 @@ def cross_task_table(rows: Sequence[Row], tasks: Sequence[str]) -> str:
     """One row per system, model and dtype, one column per task: `score / tokens`."""
     cells: dict[tuple[str, str, str], dict[str, Row]] = defaultdict(dict)
     for r in rows:
-        cells[r.system, r.model, r.dtype][r.task] = r
+        if r.ablation is None:
+            cells[r.system, r.model, r.dtype][r.task] = r
     lines = ["| system | model | dtype | " + " | ".join(tasks) + " |", "|---|---|---|" + "---|" * len(tasks)]
     for (system, model, dtype), by_task in sorted(cells.items()):
         values = [f"{_fmt(by_task[t].score.mean)} / {_fmt(by_task[t].tokens.mean, '.0f')}" if t in by_task else ""
@@ -125,6 +196,11 @@ def plot_task(rows: Sequence[Row], task: str, path: Path) -> None:
             for r in members:
                 ax.annotate(f"k={r.k}", (r.tokens.mean, r.score.mean), textcoords="offset points", xytext=(4, 4),
                             fontsize=7, color=container[0].get_color())
+    ceilings = {(r.model, r.dtype): r.score.mean for r in rows if r.system_name == "solo" and not math.isnan(r.score.mean)}
+    for (model, dtype), ceiling in sorted(ceilings.items()):
+        ax.axhline(ceiling, color="grey", linestyle="--", linewidth=0.8)
+        ax.annotate(f"no-talk ceiling: {model} ({dtype})", (0.01, ceiling), xycoords=("axes fraction", "data"),
+                    textcoords="offset points", xytext=(0, 3), fontsize=7, color="grey")
     front = sorted((rows[i] for i in pareto_front(rows)), key=lambda r: r.tokens.mean)
     if front:
         ax.step([r.tokens.mean for r in front], [r.score.mean for r in front], where="post", color="black",
@@ -178,7 +254,10 @@ def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, comm
     written = []
     tasks = sorted({entry["task"] for _, entry in board})
     for task in tasks if every_task else sorted(held):
-        task_rows = [row for row, entry in board if entry["task"] == task]
+        task_rows = attach_diagnostics([row for row, entry in board if entry["task"] == task])
+        for row, entry in board:
+            if entry["task"] == task and row.diagnostics is not None:
+                entry["diagnostics"] = row.diagnostics.to_dict()
         path = root / f"leaderboard_{task}.md"
         atomic_write_text(path, _task_header(task, task_rows, commands[task]) + task_table(task_rows)
                           + f"\n\n![{task}](plot_{task}.png)\n")
@@ -195,9 +274,9 @@ def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, comm
     return written
 
 
-def _row_key(row: Row) -> tuple[str, str, str, str]:
-    """What makes two cells the same row of the board."""
-    return row.task, row.system, row.model, row.dtype
+def _row_key(row: Row) -> tuple[str, str, str, str, str]:
+    """What makes two cells the same row of the board (an ablation cell: the same ablation of it)."""
+    return row.task, row.system, row.model, row.dtype, row.ablation or ""
 
 
 def _task_header(task: str, rows: Sequence[Row], commands: Sequence[str]) -> str:
@@ -216,7 +295,8 @@ def _index_entry(row: Row, root: Path, command: str) -> dict:
             "tokens": row.result.summary["tokens"],
             "counts": {k: row.summary[k] for k in ("questions", "scored", "infra_failures", "scoring_failures")},
             "cell": str(path.relative_to(root)) if path.is_relative_to(root) else str(path),
-            "key": row.result.description["key"], "heldout": row.result.description["heldout"], "command": command}
+            "key": row.result.description["key"], "heldout": row.result.description["heldout"], "command": command,
+            **({"ablation": row.ablation, "ablates": row.result.description["ablates"]} if row.ablation else {})}
 
 
 def _read_index(root: Path) -> list[dict]:

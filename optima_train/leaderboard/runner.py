@@ -12,6 +12,16 @@ at a time, only when one of its cells needs computing.
 `mas-sc`) is run once at its own k and the smaller ks of the list are read off its first samples
 (`prefix_vote`): a sample's seed depends only on its position, so a k=2 run would draw exactly
 the first two samples of the k=8 run. Each k is then a cell like any other.
+
+**Communication diagnostics.** With `ablations=("swap", "remove")` every dialogue system that
+plays one dialogue per question (`System.ablatable`: `mas`, `autoform`) gets, beside its cell,
+one cell per ablation: the same questions played again with the partners' messages swapped for
+the next question's (the base cell's own dialogues as donors) or removed from every agent's view
+(`optima_agents.systems.ablation`). Each is its own cached cell, keyed by the base cell's identity
+plus the ablation and recording the key it ablates. `diagnostics=True` asks for both ablations
+and adds the `solo` system (the no-talk ceiling) on every task whose agents hold private
+information (information-asymmetric QA and the games); the reports then show `no-talk`,
+`comm gain [CI]` and the score on questions only the partner can answer (`partner-only`).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from optima_agents.policies.base import capabilities_of
 from optima_agents.policies.registry import backend_spec
 from optima_agents.systems import System, SystemContext, heldout_questions, make_system
+from optima_agents.systems.ablation import ABLATION_MODES, MessageAblation, swap_donors
 from optima_agents.systems.base import prefix_vote
 from optima_envs.errors import ConfigError
 from optima_train.leaderboard.cells import (
@@ -58,6 +69,9 @@ class LeaderboardConfig:
     the openai backend. env_kwargs: per task, extra `optima_envs.make` kwargs (e.g. data_dir).
     rescore: run no model; score every cached cell's stored answers again with the task's
     current metric (after a metric is corrected) and skip the cells not on disk.
+    ablations: message ablations ("swap", "remove") of every ablatable system's cells.
+    diagnostics: both ablations, and the `solo` system on tasks whose agents hold private
+    information (see the module doc).
     """
 
     tasks: Sequence[str]
@@ -77,6 +91,8 @@ class LeaderboardConfig:
     chunk: int = 50
     progress: bool = False
     rescore: bool = False
+    ablations: Sequence[str] = ()
+    diagnostics: bool = False
 
     def __post_init__(self) -> None:
         import optima_envs
@@ -103,6 +119,11 @@ class LeaderboardConfig:
             raise ConfigError(f"backend {self.backend!r} takes no base URL; --base-url is for server backends (openai)")
         for spec in self.systems:
             make_system(spec)
+        strange = [a for a in self.ablations if a not in ABLATION_MODES]
+        if strange:
+            raise ConfigError(f"unknown ablation(s) {strange}; the ablations are {list(ABLATION_MODES)}")
+        if self.diagnostics:
+            self.ablations = tuple(dict.fromkeys([*self.ablations, *ABLATION_MODES]))
 
     def task_kwargs(self, task: str) -> dict[str, Any]:
         """The task's `make()` kwargs: its registered held-out split (`EnvSpec.heldout_kwargs`),
@@ -149,14 +170,29 @@ def _systems(config: LeaderboardConfig) -> list[System]:
 
 
 def plan_cells(config: LeaderboardConfig) -> list[Cell]:
-    """Every cell of the board, grouped by model (so each model loads once)."""
+    """Every cell of the board, grouped by model (so each model loads once); an ablation cell
+    right after the cell it ablates."""
+    import optima_envs
+
     systems = _systems(config)
     cells = []
     for model in config.model_specs():
         for task in config.tasks:
             heldout = HeldOut(task, config.task_kwargs(task), config.questions, config.seed, config.first_index)
-            cells.extend(Cell(heldout, system, model, config.max_new_tokens) for system in systems)
+            chosen = list(systems)
+            if config.diagnostics and optima_envs.spec(task).family in PRIVATE_INFORMATION:
+                solo = make_system("solo")
+                chosen += [solo] if solo not in chosen else []
+            for system in chosen:
+                cells.append(Cell(heldout, system, model, config.max_new_tokens))
+                if system.ablatable:
+                    cells.extend(Cell(heldout, system, model, config.max_new_tokens, ablation=mode)
+                                 for mode in config.ablations)
     return cells
+
+
+#: Task families whose agents hold private information, where no-talk differs from talking.
+PRIVATE_INFORMATION = ("ia", "game")
 
 
 @dataclass
@@ -185,6 +221,7 @@ def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory 
             for cell in _largest_k_first(model_cells):
                 path = cell.path(root)
                 name = f"{cell.heldout.env_id} / {cell.system.name} {cell.system.settings()} / {model.label}"
+                name += f" / ablation {cell.ablation}" if cell.ablation else ""
                 if path.exists():
                     result = read_cell(path)
                     if config.rescore:
@@ -211,9 +248,12 @@ def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory 
                 if where not in questions:
                     questions[where] = heldout_questions(h.env_id, h.env_kwargs, count=h.count, seed=h.seed,
                                                          first_index=h.first_index)
+                ablation = None
+                if cell.ablation is not None:
+                    ablation = _ablation(cell, root, questions[where], policy, config, log)
                 log(f"computing {name}")
                 run.results.append(_compute(cell, root, questions[where], policy, config,
-                                            lambda line, name=name: log(f"  {name}: {line}")))
+                                            lambda line, name=name: log(f"  {name}: {line}"), ablation))
                 run.computed.append(name)
         finally:
             if policy is not None and capabilities_of(policy).close:
@@ -241,8 +281,25 @@ def _rescore_cell(result: CellResult, cell: Cell, golds: dict[str, tuple[Mapping
     return rewrite_cell(result, outcomes)
 
 
+def _ablation(cell: Cell, root: Path, questions: list, policy: Any, config: LeaderboardConfig,
+              log: Callable[[str], None]) -> MessageAblation:
+    """The ablation a cell plays: for a swap, the donors are the base cell's dialogues (played
+    again here, without storing them, when the base cell was computed before cells kept them)."""
+    if cell.ablation != "swap":
+        return MessageAblation(cell.ablation)
+    base_path = cell.base.path(root)
+    outcomes = list(read_cell(base_path).outcomes) if base_path.exists() else []
+    if len(outcomes) != len(questions) or not all(o.transcript for o in outcomes):
+        log(f"the base cell of {cell.heldout.env_id} / {cell.system.name} / {cell.model.label} keeps no dialogues; "
+            "playing them again for the swap's donors")
+        context = SystemContext(cell.heldout.env_id, cell.heldout.env_kwargs, questions, policy,
+                                max_new_tokens=cell.max_new_tokens, progress=config.progress)
+        outcomes = cell.system.run(context)
+    return MessageAblation("swap", swap_donors({o.position: o.transcript for o in outcomes}))
+
+
 def _compute(cell: Cell, root: Path, questions: list, policy: Any, config: LeaderboardConfig,
-             log: Callable[[str], None]) -> CellResult:
+             log: Callable[[str], None], ablation: MessageAblation | None = None) -> CellResult:
     """Run one cell chunk by chunk, appending each finished chunk to its partial file and logging
     it, so an hour-long cell shows how far it is and what a kill would keep."""
     partial = read_partial(cell.partial_path(root))
@@ -255,7 +312,7 @@ def _compute(cell: Cell, root: Path, questions: list, policy: Any, config: Leade
         chunk = todo[first:first + config.chunk]
         start = time.perf_counter()
         context = SystemContext(cell.heldout.env_id, cell.heldout.env_kwargs, chunk, policy,
-                                max_new_tokens=cell.max_new_tokens, progress=config.progress)
+                                max_new_tokens=cell.max_new_tokens, progress=config.progress, ablation=ablation)
         outcomes = cell.system.run(context)
         if [o.position for o in outcomes] != [q.position for q in chunk]:
             raise RuntimeError(f"system {cell.system.name!r} returned outcomes for positions "

@@ -116,7 +116,9 @@ class TestGame:
         assert (speaker["role"], listener["role"]) == ("speaker", "listener")
         assert speaker["evidence"][:-1] == tuple(f"{i + 1}: {d}" for i, d in enumerate(meta["speaker_view"]))
         assert speaker["evidence"][-1] == f"Target: {meta['speaker_target']}"
-        assert f"The target is object {meta['speaker_target']}." in speaker["system_prompt"]
+        target = meta["speaker_view"][meta["speaker_target"] - 1]
+        assert f"The target is object {meta['speaker_target']}: {target}." in speaker["system_prompt"]
+        assert target not in listener["system_prompt"].split("Your objects:")[0]  # the listener is told nothing
         assert listener["evidence"] == tuple(f"{LETTERS[i]}: {d}" for i, d in enumerate(meta["listener_view"]))
         assert "Target" not in " ".join(listener["evidence"]) and "target is object" not in listener["system_prompt"]
         assert all(f"- {e}" in listener["system_prompt"] for e in listener["evidence"])

@@ -66,8 +66,8 @@ def golds():
 
 
 class TestRegistry:
-    def test_the_six_systems(self):
-        assert set(list_systems()) == {"cot", "sc", "mad", "mas", "autoform", "mas-sc"}
+    def test_the_seven_systems(self):
+        assert set(list_systems()) == {"cot", "sc", "solo", "mad", "mas", "autoform", "mas-sc"}
 
     def test_specs(self):
         assert parse_system("sc:k=4:temperature=0.5") == ("sc", {"k": 4, "temperature": 0.5})

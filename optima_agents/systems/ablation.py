@@ -1,0 +1,55 @@
+"""Message ablation of a dialogue system: the same held-out questions played again with the
+partners' messages removed from every agent's view, or swapped for another question's messages
+at the same turn positions (`optima_envs.core.ablation` does it inside the env).
+
+The drop in score, `comm_gain = score - score_ablated`, is what talking contributed: a pair
+whose listener copies the speaker loses everything under the swap, and a pair that ignores its
+partner loses nothing. Donors for the swap are the base run's own dialogues, question `p`
+taking question `p + 1`'s (a fixed derangement, so no question keeps its own messages).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from optima_envs.core.ablation import ABLATION_MODES
+from optima_envs.errors import ConfigError
+
+__all__ = ["ABLATION_MODES", "MessageAblation", "swap_donors"]
+
+Transcript = Sequence[Mapping[str, str]]
+
+
+@dataclass(frozen=True)
+class MessageAblation:
+    """How a cell's dialogues are ablated: `mode` ("remove" or "swap") and, for "swap", each
+    held-out position's donor transcript."""
+
+    mode: str
+    donors: Mapping[int, Transcript] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ABLATION_MODES:
+            raise ConfigError(f"a message ablation's mode is one of {list(ABLATION_MODES)}, got {self.mode!r}")
+
+    def options(self, position: int) -> dict[str, Any]:
+        """The env's reset option for the question at `position`."""
+        if self.mode == "remove":
+            return {"ablation": {"mode": "remove"}}
+        if position not in self.donors:
+            raise ConfigError(f"the swap ablation has no donor dialogue for held-out position {position}")
+        messages = [{"turn": turn, "text": m["text"]} for turn, m in enumerate(self.donors[position])]
+        return {"ablation": {"mode": "swap", "messages": messages}}
+
+
+def swap_donors(transcripts: Mapping[int, Transcript]) -> dict[int, Transcript]:
+    """Position -> the transcript of the next position in order (the last takes the first's).
+
+    Raises:
+        ConfigError: fewer than two transcripts (a swap needs another question's messages).
+    """
+    positions = sorted(transcripts)
+    if len(positions) < 2:
+        raise ConfigError(f"a swap ablation needs at least two held-out dialogues, got {len(positions)}")
+    return {p: transcripts[positions[(i + 1) % len(positions)]] for i, p in enumerate(positions)}

@@ -1,0 +1,61 @@
+"""Where a question's answer lies: with the first agent that can answer, only with its
+partners, or in the question itself.
+
+A multi-agent score can rise without any agent using its partner: on an information-asymmetric
+task a question whose gold answer is written in the first answering agent's own evidence can be
+answered with no exchange at all. Splitting a score by `answer_place` shows which questions
+needed the partner (`partner`), and so whether a gain came from talking.
+
+- `alone`: the gold answer is written in the first answering agent's own evidence.
+- `partner`: it is not, and the question does not name it: the partner holds what is needed
+  (in a game: the hidden information, e.g. which object the speaker sees as the target).
+- `named`: the question names it (a choice between named options, "Who was born first, A or
+  B?"): the facts to choose need the partner, or a guess.
+
+A task says how its instances split through `Task.answer_place`; for information-asymmetric
+tasks without one, `place_by_gold_text` reads it off the gold text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+from optima_envs.core.types import Evidence, TaskInstance
+
+__all__ = ["PLACES", "always_partner", "answer_place", "gold_in_text", "place_by_gold_text"]
+
+PLACES = ("alone", "partner", "named")
+
+
+def gold_in_text(gold: str, text: str) -> bool:
+    """The gold answer as whole words of `text`, case-folded, trailing punctuation ignored."""
+    words = gold.strip().rstrip(".!?").casefold()
+    return bool(words) and re.search(rf"(?<!\w){re.escape(words)}(?!\w)", text.casefold()) is not None
+
+
+def place_by_gold_text(instance: TaskInstance, evidence: Sequence[Sequence[Evidence]], answerer: int) -> str:
+    """`named` when the question holds any gold text, `alone` when the answering seat's evidence
+    does, else `partner`."""
+    golds = [str(g) for g in instance.gold] if isinstance(instance.gold, (list, tuple)) else [str(instance.gold)]
+    if any(gold_in_text(g, instance.question) for g in golds):
+        return "named"
+    own = " ".join(piece.render() for piece in evidence[answerer])
+    return "alone" if any(gold_in_text(g, own) for g in golds) else "partner"
+
+
+def always_partner(instance: TaskInstance, evidence: Sequence[Sequence[Evidence]], answerer: int) -> str:
+    """For games whose answer always needs the partner's hidden information."""
+    return "partner"
+
+
+def answer_place(task: Any, instance: TaskInstance, evidence: Sequence[Sequence[Evidence]]) -> str | None:
+    """The place of one instance's answer (`PLACES`), seen from the first seat whose role gives
+    answers; None for tasks where the agents hold no private evidence (debate)."""
+    roles = task.prompts.roles(len(evidence))
+    answerer = next((i for i, role in enumerate(roles) if role.gives_answer), 0)
+    if task.answer_place is not None:
+        return task.answer_place(instance, evidence, answerer)
+    if task.family != "ia":
+        return None
+    return place_by_gold_text(instance, evidence, answerer)
