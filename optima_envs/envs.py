@@ -57,7 +57,8 @@ register(EnvSpec(
     name="referential-game", version=2, entry_point="optima_envs.tasks.referential:make_task", family="game",
     description="Speaker sees the target among 4-6 invented objects; listener picks it from its own shuffled, "
                 "relabelled view (1 for the target, else 0).",
-    changes={1: "first release", 2: "the speaker's prompt gives the target's description beside its number"},
+    changes={1: "first release", 2: "the speaker's prompt gives the target's description beside its number; "
+                                         "the listener's gives no example letter"},
     heldout_kwargs={"split": "validation"},
 ))
 register(EnvSpec(

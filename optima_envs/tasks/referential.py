@@ -160,7 +160,8 @@ class ReferentialPrompts:
     description: the information is the same as the numbered list gives, but a small model told
     only the number almost never looks the description up (SmolLM2-135M, greedy, 64 games: 22% of
     its first messages named the target's description when told the number, 64% with the
-    description beside it)."""
+    description beside it). The listener's prompt gives no example letter: with "e.g. <A>B</A>"
+    the same model picked B in 68% of 1,536 sampled picks."""
 
     def roles(self, num_agents: int) -> tuple[Role, ...]:
         if num_agents != 2:
@@ -183,8 +184,8 @@ class ReferentialPrompts:
         else:
             lines = [shared, f"{partner} knows which object is the target and will describe it; ask if you need "
                      f"to ({partner} cannot see your letters). Pick the target by writing its letter as "
-                     "<A>letter</A>, e.g. <A>B</A>: your first pick ends the game, and you both win if it is "
-                     "the target.", "Your objects:"]
+                     "<A>letter</A> (the letter of your object): your first pick ends the game, and you both win "
+                     "if it is the target.", "Your objects:"]
             lines += [f"- {e.render()}" for e in evidence]
         if format_instruction:
             lines.append(format_instruction)
