@@ -25,7 +25,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
 
 
 def load_outcomes(result: dict[str, Any], iteration: int) -> list[list[dict[str, Any]]]:
@@ -88,7 +88,7 @@ def main() -> None:
             for field in ("score", "tokens")}
     best = results[0]["best_baseline"]
     out = args.out or f"{args.a}_vs_{args.b}"
-    command = "python benchmarks/compare_training.py " + " ".join(sys.argv[1:])
+    command = invocation("compare_training.py")
 
     lines = [f"# {rows[0]['system']} against {rows[1]['system']} on {results[0]['task']} {results[0]['task_kwargs']}", "",
              f"Made by: `{command}`, from `{args.a}.json` and `{args.b}.json` (each the mean over its run seeds; "
@@ -106,7 +106,7 @@ def main() -> None:
     for field, d in diff.items():
         lines.append(f"- {field}: {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
     text = "\n".join(lines) + "\n"
-    (RESULTS / f"{out}.md").write_text(text)
+    write_report(RESULTS / f"{out}.md", text)
     write_result(out, {"command": command, "a": args.a, "b": args.b, "rows": [
         {k: row[k] for k in ("system", "score", "tokens", "score_ratio", "token_ratio")} for row in rows],
         "difference": diff, "best_baseline": best})

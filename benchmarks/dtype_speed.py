@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
 
 
 def main() -> None:
@@ -56,7 +56,7 @@ def main() -> None:
     rows = {name: {"seconds_median": statistics.median(t), "tokens_per_s": tokens / statistics.median(t), "seconds": t}
             for name, t in times.items()}
     ratio = rows["float32"]["tokens_per_s"] / rows["bfloat16"]["tokens_per_s"]
-    command = "python benchmarks/dtype_speed.py " + " ".join(sys.argv[1:])
+    command = invocation("dtype_speed.py")
     capability = torch.backends.cpu.get_cpu_capability()
     text = "\n".join([
         "# Forward-pass speed by dtype (transformers, CPU)", "",
@@ -66,7 +66,7 @@ def main() -> None:
         "| dtype | seconds per pass | tokens/s |", "|---|---|---|",
         *(f"| {name} | {r['seconds_median']:.3f} | {r['tokens_per_s']:.0f} |" for name, r in rows.items()), "",
         f"float32 is {ratio:.2f}x bf16's speed on this machine.", ""])
-    (RESULTS / f"{args.name}.md").write_text(text)
+    write_report(RESULTS / f"{args.name}.md", text)
     write_result(args.name, {"command": command, "model": args.model, "batch": args.batch, "length": args.length,
                                  "cpu_capability": capability, "native_bf16": cpu_has_native_bf16(),
                                  "torch_threads": torch.get_num_threads(), "dtypes": rows,

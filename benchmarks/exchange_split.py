@@ -25,12 +25,10 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
 
 BOARD = ROOT / "benchmarks/results/leaderboard"
 
@@ -64,11 +62,14 @@ def split_scores(outcomes: Iterable[Mapping[str, Any]], places: Mapping[int, str
     return {k: {"n": len(v), "score": statistics.fmean(v) if v else None} for k, v in parts.items()}
 
 
-def heldout_places(heldout: Mapping[str, Any]) -> dict[int, str]:
-    """Position -> answer place, for a cell's recorded held-out set."""
+def heldout_places(description: Mapping[str, Any]) -> dict[int, str]:
+    """Position -> answer place, for a cell's recorded held-out set (its data read from the files
+    the cell recorded: `recorded_env_kwargs`)."""
     from optima_agents.systems.base import heldout_questions
+    from optima_train.leaderboard.cells import recorded_env_kwargs
 
-    kwargs = {k: yaml.safe_load(v) for k, v in heldout["env_kwargs"].items()}
+    heldout = description["heldout"]
+    kwargs = recorded_env_kwargs(description)
     questions = heldout_questions(heldout["env_id"], kwargs, count=heldout["count"], seed=heldout["seed"],
                                   first_index=heldout["first_index"])
     return {q.position: answer_place(q.instance.question, q.instance.gold, q.evidence[0]) for q in questions}
@@ -100,11 +101,11 @@ def main() -> None:
         cell = json.loads((board / c["cell"]).read_text())
         key = json.dumps(cell["cell"]["heldout"], sort_keys=True)
         if key not in splits:
-            splits[key] = heldout_places(cell["cell"]["heldout"])
+            splits[key] = heldout_places(cell["cell"])
         rows.append({"task": c["task"], "system": c["system"], "model": c["model"], "score": c["score"]["mean"],
                      "tokens": c["tokens"]["mean"], **split_scores(cell["outcomes"], splits[key])})
 
-    command = "python benchmarks/exchange_split.py " + " ".join(sys.argv[1:])
+    command = invocation("exchange_split.py")
     lines = [f"# Score with and without the partner's evidence ({', '.join(tasks)})", "",
              f"Made by: `{command}`, from the {args.dtype} cells of `{board.relative_to(ROOT)}`. Score (questions) "
              "by where the gold answer is written: `alone`, in the first speaker's own evidence (answerable "
@@ -113,7 +114,7 @@ def main() -> None:
              "", "| task | system | model | score | tokens | alone | partner | named |", "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['task']} | {r['system']} | {r['model']} | {r['score']:.3f} | {r['tokens']:.1f} | "
               + " | ".join(fmt(r[p]) for p in PLACES) + " |" for r in rows]
-    (RESULTS / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    write_report(RESULTS / f"{args.name}.md", "\n".join(lines) + "\n")
     write_result(args.name, {"command": command, "board": str(board.relative_to(ROOT)), "dtype": args.dtype,
                              "rows": rows})
     print((RESULTS / f"{args.name}.md").read_text())

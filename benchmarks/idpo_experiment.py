@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import write_result  # noqa: E402
+from benchmarks._results import write_report, write_result  # noqa: E402
 
 NAME = "idpo_synth_hop"
 ISFT_CONFIG = ROOT / "configs" / "isft" / "synth_hop_experiment.yaml"
@@ -266,6 +266,8 @@ def projection(method: str, report: dict[str, Any], smoke: dict[str, Any], full:
 
 
 def reproject() -> None:
+    from optima_train.portable_paths import portable_json
+
     path = Path(__file__).resolve().parent / "results" / f"{NAME}.json"
     data = json.loads(path.read_text())
     smoke = data["runs"]["smoke"]
@@ -273,7 +275,7 @@ def reproject() -> None:
     for method, report in smoke["methods"].items():
         report["projected_full"] = projection(method, report, smoke["preset"], PRESETS["full"], smoke["heldout"],
                                               h_full, smoke["calibration"])
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    path.write_text(json.dumps(portable_json(data), indent=2) + "\n")
     print(json.dumps({m: r["projected_full"] for m, r in smoke["methods"].items()}, indent=2))
 
 
@@ -349,7 +351,7 @@ def write_markdown(label: str) -> Path:
     path = Path(__file__).resolve().parent / "results" / f"{NAME}.json"
     run = json.loads(path.read_text())["runs"][label]
     out = path.with_suffix(".md") if label == "full" else path.with_name(f"{NAME}_{label}.md")
-    out.write_text(markdown(run, label))
+    write_report(out, markdown(run, label))
     return out
 
 

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 try:
-    from benchmarks._results import RESULTS, write_result
+    from benchmarks._results import RESULTS, write_report, write_result
 except ImportError:  # run as a script from the benchmarks folder
-    from _results import RESULTS, write_result
+    from _results import RESULTS, write_report, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL = ROOT / "configs" / "isft" / "synth_hop_experiment.yaml"
@@ -124,7 +124,7 @@ def main() -> None:
         import json
 
         payload = json.loads((RESULTS / f"{name}.json").read_text())
-        (RESULTS / f"{name}.md").write_text(_markdown(payload))
+        write_report(RESULTS / f"{name}.md", _markdown(payload))
         print((RESULTS / f"{name}.md").read_text())
         return
 
@@ -167,7 +167,7 @@ def main() -> None:
         payload["projection"] = _project(payload["unit_costs"], load_config(ISFTConfig, FULL, args.overrides))
     out = write_result(name, payload)
     md = RESULTS / f"{name}.md"
-    md.write_text(_markdown({**payload, "machine": {"cpus": os.cpu_count()}}))
+    write_report(md, _markdown({**payload, "machine": {"cpus": os.cpu_count()}}))
     print(md.read_text())
     print(f"wrote {out} and {md}")
 

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, machine, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
 from optima_train.run_dir import ISFT_STEPS, RunDir  # noqa: E402
 
 NAME = "iteration_time"
@@ -158,10 +158,10 @@ def main() -> None:
     parser.add_argument("--name", default=NAME, help="result file name under benchmarks/results (default: %(default)s)")
     parser.add_argument("--render", action="store_true", help="only rewrite the .md from the saved .json")
     args = parser.parse_args()
-    command = "python benchmarks/iteration_time.py " + " ".join(sys.argv[1:])
+    command = invocation("iteration_time.py")
     if args.render:
         payload = json.loads((RESULTS / f"{args.name}.json").read_text())
-        (RESULTS / f"{args.name}.md").write_text(markdown(payload, payload["command"]))
+        write_report(RESULTS / f"{args.name}.md", markdown(payload, payload["command"]))
         return
     refs = args.refs.split(",")
     if len(refs) < 2:
@@ -170,7 +170,7 @@ def main() -> None:
     payload = {"command": command, "config": args.config, "overrides": args.overrides, "cpu": cpu(), "runs": runs,
                "ratios": [ratios(runs[0], run) for run in runs[1:]]}
     write_result(args.name, payload)
-    (RESULTS / f"{args.name}.md").write_text(markdown({**payload, "machine": machine()}, command))
+    write_report(RESULTS / f"{args.name}.md", markdown({**payload, "machine": machine()}, command))
     print((RESULTS / f"{args.name}.md").read_text())
 
 

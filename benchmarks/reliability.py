@@ -42,7 +42,7 @@ from benchmarks import (  # noqa: E402
     _reliability_server,
 )
 from benchmarks._reliability_tally import Tally  # noqa: E402
-from benchmarks._results import RESULTS, write_result  # noqa: E402
+from benchmarks._results import RESULTS, write_report, write_result  # noqa: E402
 
 PROBES = {"a": "fuzzed env steps", "b": "fault-injecting servers", "c": "damaged data and buffers",
           "d": "kill and resume", "e": "math scoring under load"}
@@ -127,7 +127,7 @@ def main() -> None:
     wall_s = time.perf_counter() - start
     failed = sum(r.failed for r in rows)
     name = result_name(only, args.quick)
-    (RESULTS / f"{name}.md").write_text(markdown(rows, seconds, s, wall_s))
+    write_report(RESULTS / f"{name}.md", markdown(rows, seconds, s, wall_s))
     path = write_result(name, {"settings": s, "wall_s": round(wall_s, 1), "probe_seconds": seconds,
                                "failed": failed, "rows": [r.to_dict() for r in rows]})
     print(markdown(rows, seconds, s, wall_s))

@@ -65,7 +65,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._results import RESULTS, machine, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
 from optima_agents.models.dtypes import resolve_dtype_here  # noqa: E402
 
 NAME = "rollout_throughput"
@@ -635,8 +635,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             n: round(same_transcripts(_RESULTS[anchor].transcripts, r.transcripts), 3)
             for n, r in _RESULTS.items() if n != anchor and r.transcripts}}
     path = write_result(f"{NAME}_quick" if args.quick else NAME, payload)
-    path.with_suffix(".md").write_text(markdown({**payload, "machine": machine()}, command=" ".join(["python benchmarks/rollout_throughput.py",
-                                                                    *(sys.argv[1:] if argv is None else argv)])))
+    write_report(path.with_suffix(".md"), markdown({**payload, "machine": machine()},
+                                                   command=invocation("rollout_throughput.py", argv)))
     print(json.dumps({k: v for k, v in payload.items() if k != "workload"}, indent=2))
     print(f"wrote {path}")
     return payload

@@ -41,7 +41,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
 
 BOARD = "benchmarks/results/leaderboard"
 CONFIG = "configs/isft/synth_hop_experiment.yaml"
@@ -224,7 +224,7 @@ def main() -> None:
         raise SystemExit(f"--on-board {sorted(on_board)} names seeds that are not in --seeds {seeds}")
     if on_board == set(seeds):
         raise SystemExit("every seed is --on-board: nothing to train; leave at least one out")
-    command = "python benchmarks/training_repeats.py " + " ".join(sys.argv[1:])
+    command = invocation("training_repeats.py")
     stages: dict[str, str] = {}
     facts: dict[int, dict[str, Any] | None] = {}
     for seed in seeds:
@@ -267,7 +267,7 @@ def main() -> None:
         facts[seed] = seed_facts(f"{args.name}_seed{seed}", args.method, ROOT / args.runs.format(seed=seed),
                                  args.iterations, trained_now=False)
     facts = {seed: facts[seed] for seed in seeds}
-    (RESULTS / f"{args.name}.md").write_text(report(rows, best, header, facts))
+    write_report(RESULTS / f"{args.name}.md", report(rows, best, header, facts))
     write_result(args.name, {"command": command, "config": args.config, "seeds": seeds, "task": TASK,
                              "task_kwargs": TASK_KWARGS, "board": args.board, "best_baseline": best, "rows": rows,
                              "training": {str(k): v for k, v in facts.items()}})

@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
 
 VARIANTS = (("float32", False), ("float32", True), ("bf16", False), ("bf16", True))
 
@@ -151,7 +151,7 @@ def main() -> None:
                      "tokens_per_s": [r["tokens_per_s"] for r in runs],
                      "first_loss": runs[0]["first_loss"]} for key, runs in results.items()}
     base = summary["float32 padded"]["tokens_per_s_median"]
-    command = "python benchmarks/training_throughput.py " + " ".join(sys.argv[1:])
+    command = invocation("training_throughput.py")
     lines = ["# SFT training throughput (LoRA r=16, all-linear)", "",
              f"Made by: `{command}`. Model {args.model}; {source}; batch {args.batch_size}, {args.steps} timed steps "
              f"after a warm-up step, median of {args.repeats}; CPU capability `{torch.backends.cpu.get_cpu_capability()}`, "
@@ -160,7 +160,7 @@ def main() -> None:
     for key, s in summary.items():
         lines.append(f"| {key} | {s['tokens_per_s_median']:.0f} | {s['tokens_per_s_median'] / base:.2f}x | {s['first_loss']:.4f} |")
     text = "\n".join(lines) + "\n"
-    (RESULTS / f"{args.name}.md").write_text(text)
+    write_report(RESULTS / f"{args.name}.md", text)
     write_result(args.name, {"command": command, "model": args.model, "source": source, "steps": args.steps,
                              "batch_size": args.batch_size, "repeats": args.repeats,
                              "cpu_capability": torch.backends.cpu.get_cpu_capability(),

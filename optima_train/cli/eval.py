@@ -65,6 +65,7 @@ def evaluate(
     from optima_train.buffers import write_episodes
     from optima_train.evaluation import build_policy
     from optima_train.evaluation import evaluate as run_eval
+    from optima_train.portable_paths import portable_json
     from optima_train.run_dir import atomic_write_json
 
     err = Console(stderr=True, soft_wrap=True)
@@ -109,7 +110,7 @@ def evaluate(
     data = {**result.to_dict(), "options": options, "first_index": first_index, "seed": seed, "backend": backend}
     if found is not None:
         data["diagnostics"] = found
-    atomic_write_json(output, data)
+    atomic_write_json(output, portable_json(data))  # a result names no folder of this machine
     write_episodes(output.with_suffix(""), records, metadata={"command": "eval", "model": model})
     table = Table(title=f"{env_id} ({split or 'default'}) with {model}", show_header=False)
     table.add_row("episodes", str(result.episodes))

@@ -15,7 +15,6 @@ resumes. Writes a markdown table and a PNG per task, one table across tasks and 
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -33,10 +32,12 @@ DATA_ENV = ("OPTIMA_DATA_DIR",)
 
 
 def made_by(argv: list[str], environ: Mapping[str, str]) -> str:
-    """The command a board row records: the call's arguments, after the data variables it ran with."""
+    """The command a board row records: the call's arguments, after the data variables it ran
+    with, naming no folder of this machine (`command_line`), so a reader can run it again."""
+    from optima_train.portable_paths import command_line
+
     args = argv[1:] if argv[:1] == ["leaderboard"] else argv
-    env = [f"{name}={shlex.quote(environ[name])} " for name in DATA_ENV if environ.get(name)]
-    return "".join(env) + "optima leaderboard " + " ".join(shlex.quote(a) for a in args)
+    return command_line(["optima", "leaderboard", *args], {name: environ.get(name, "") for name in DATA_ENV})
 
 
 def _csv(text: str) -> list[str]:
@@ -44,7 +45,11 @@ def _csv(text: str) -> list[str]:
 
 
 def _task_sets(items: list[str], tasks: list[str]) -> dict[str, dict[str, Any]]:
+    """`--set TASK.option=value` as per-task kwargs; a `$OPTIMA_DATA_DIR/...` value (as recorded
+    commands write data folders) is read under this machine's data folder."""
     import yaml
+
+    from optima_train.portable_paths import expand
 
     out: dict[str, dict[str, Any]] = {}
     for item in items:
@@ -52,7 +57,8 @@ def _task_sets(items: list[str], tasks: list[str]) -> dict[str, dict[str, Any]]:
         task, dot, option = key.strip().rpartition(".")
         if not eq or not dot or not task or not option:
             raise ConfigError(f"--set takes TASK.option=value (e.g. gsm8k-debate.split=test), got {item!r}")
-        out.setdefault(task, {})[option] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        out.setdefault(task, {})[option] = expand(parsed) if isinstance(parsed, str) else parsed
     return out
 
 

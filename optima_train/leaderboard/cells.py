@@ -21,12 +21,20 @@ from typing import Any, Mapping, Sequence
 
 from optima_agents.systems import Outcome, System
 from optima_train.evaluation import Interval, bootstrap_interval
+from optima_train.portable_paths import Roots, expand, portable
 from optima_train.run_dir import atomic_write_json
 
 __all__ = [
-    "Cell", "CellResult", "HeldOut", "ModelSpec", "Partial", "append_partial", "content_digest", "read_cell",
-    "read_partial", "rewrite_cell", "summarize_outcomes", "system_spec", "write_cell",
+    "IDENTITY_FIELDS", "LOCATION_KWARGS", "Cell", "CellResult", "HeldOut", "ModelSpec", "Partial", "append_partial",
+    "cell_path", "content_digest", "data_identity", "heldout_identity", "identity_key", "model_identity", "read_cell",
+    "read_partial", "recorded_env_kwargs", "rewrite_cell", "summarize_outcomes", "system_spec", "write_cell",
 ]
+
+#: The parts of a cell's description that are its identity (the rest says how and when it was computed).
+IDENTITY_FIELDS = ("system", "settings", "model", "heldout", "max_new_tokens", "ablation")
+
+#: Env options that say where a task's data is, not what it is: the data's content is keyed instead.
+LOCATION_KWARGS = ("data_dir", "data_files", "evidence_dir")
 
 
 @dataclass(frozen=True)
@@ -40,11 +48,95 @@ class HeldOut:
     first_index: int = 0
 
     def describe(self) -> dict[str, Any]:
+        """What identifies the questions: the env and its options, and the content of the data it
+        reads rather than where the data is (see `heldout_identity`)."""
         import optima_envs
 
-        return {"env_id": self.env_id, "env_version": optima_envs.spec(self.env_id).version,
-                "env_kwargs": {k: str(v) for k, v in sorted(self.env_kwargs.items())},
-                "count": self.count, "seed": self.seed, "first_index": self.first_index}
+        recorded = {"env_id": self.env_id, "env_version": optima_envs.spec(self.env_id).version,
+                    "env_kwargs": {k: str(v) for k, v in sorted(self.env_kwargs.items())},
+                    "count": self.count, "seed": self.seed, "first_index": self.first_index}
+        return heldout_identity(recorded, self.data[0])
+
+    def locations(self, roots: Roots | None = None) -> dict[str, Any]:
+        """Where the task's data was read from, as a result records it (`portable`): its local
+        files (`data`) and the folder of its per-question side files (`evidence`), if any."""
+        out: dict[str, Any] = {"data": [portable(path, roots) for path in self.data[1]]}
+        side = _side_folder(self._source)
+        if side is not None:
+            out["evidence"] = portable(side, roots)
+        return {k: v for k, v in out.items() if v}
+
+    @functools.cached_property
+    def _source(self) -> Any:
+        import optima_envs
+
+        env = optima_envs.make(self.env_id, **dict(self.env_kwargs))
+        task = getattr(getattr(env, "unwrapped", env), "task", None)
+        return getattr(task, "source", None)  # None: no data set to key (`data_identity`)
+
+    @functools.cached_property
+    def data(self) -> tuple[dict[str, Any] | None, tuple[Path, ...]]:
+        """What identifies the task's data, and the local files it reads (`data_identity`); read once."""
+        return data_identity(self._source)
+
+
+def _side_folder(source: Any) -> Path | None:
+    """The folder a source reads per question beside its data files (TriviaQA's evidence), if it exists."""
+    side = getattr(source, "evidence_dir", None)
+    return side if isinstance(side, Path) and side.is_dir() else None
+
+
+def heldout_identity(recorded: Mapping[str, Any], data: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A held-out description as the key takes it: the env options naming where the data is
+    (`LOCATION_KWARGS`) left out, what the data is (`data_identity`) put in; a task that
+    generates its questions has no `data`. Shared by a fresh description and the migration of a
+    recorded one, so both give one key."""
+    out = {**recorded, "env_kwargs": {k: v for k, v in recorded["env_kwargs"].items() if k not in LOCATION_KWARGS}}
+    if data is not None:
+        out["data"] = dict(data)
+    return out
+
+
+def data_identity(source: Any) -> tuple[dict[str, Any] | None, tuple[Path, ...]]:
+    """What identifies the data a task's source reads, and the local files it reads.
+
+    Local files are keyed by their sizes and content digests in the order the source reads them
+    (which instance an index picks), not by their names or folder: the same files anywhere, named
+    by `data_dir`, `data_files` or `$OPTIMA_DATA_DIR`, are one data set. A side folder the source
+    reads per question (TriviaQA's evidence) adds each file's path inside it, size and digest. A
+    hub dataset is its id, config and split. A task that generates its questions: (None, ())."""
+    from optima_envs.data.common import DatasetSource
+
+    if not isinstance(source, DatasetSource):
+        return None, ()
+    if source.files is None:
+        return {"hub": [source.hub_id, source.hub_config(), source.hub_split()]}, ()
+    entries: list[Any] = [(p.stat().st_size, content_digest(p)) for p in source.files]
+    identity: dict[str, Any] = {"files": len(entries)}
+    side = _side_folder(source)
+    if side is not None:
+        found = sorted(p for p in side.rglob("*") if p.is_file())
+        entries.append([(p.relative_to(side).as_posix(), p.stat().st_size, content_digest(p)) for p in found])
+        identity["side_files"] = len(found)
+    identity["sha256"] = hashlib.sha256(json.dumps(entries).encode("utf-8")).hexdigest()
+    return identity, tuple(source.files)
+
+
+def recorded_env_kwargs(description: Mapping[str, Any]) -> dict[str, Any]:
+    """The `make()` kwargs of a stored cell's held-out set on this machine: its recorded options
+    (stored as text, read back as YAML) and, when the cell recorded the files it read, those files
+    and its side folder (`$OPTIMA_DATA_DIR/...` read under this machine's data folder) in place of
+    any recorded folder."""
+    import yaml
+
+    kwargs = {k: None if v == "None" else yaml.safe_load(v) for k, v in description["heldout"]["env_kwargs"].items()}
+    locations = description.get("locations", {})
+    if locations.get("data"):
+        kwargs = {k: v for k, v in kwargs.items() if k not in LOCATION_KWARGS}
+        kwargs["data_files"] = [expand(f) for f in locations["data"]]
+        if locations.get("evidence"):
+            kwargs["evidence_dir"] = expand(locations["evidence"])
+    return {k: expand(v) if k in LOCATION_KWARGS and isinstance(v, str) else v for k, v in kwargs.items()}
 
 
 def content_digest(path: Path) -> str:
@@ -78,8 +170,9 @@ class ModelSpec:
     def fingerprint(self) -> dict[str, Any]:
         """What identifies the weights: for a local folder, the name, size and content digest of
         every weight and config file (a retrained checkpoint at the same path is a new model);
-        otherwise the name as given. Not the folder's path or the files' times, so the same
-        weights on another machine, or pulled again, find the cells computed with them."""
+        otherwise the name as given. Not the folder's path (absolute or relative) or the files'
+        times, so the same weights on another machine, or pulled again, find the cells computed
+        with them (see `model_identity`)."""
         out: dict[str, Any] = {"model": self.model, "backend": self.backend, "dtype": self.dtype,
                                "backend_kwargs": {k: str(v) for k, v in sorted(self.backend_kwargs.items())}}
         from optima_agents.policies.registry import backend_spec
@@ -94,7 +187,38 @@ class ModelSpec:
             files = sorted(p for p in path.iterdir()
                            if p.suffix in (".safetensors", ".json", ".bin") and p.name != MANIFEST_NAME)
             out["files"] = [(p.name, p.stat().st_size, content_digest(p)) for p in files]
-        return out
+        return model_identity(out)
+
+    def location(self, roots: Roots | None = None) -> str | None:
+        """Where a model given as a folder was read from, as a result records it; None for a
+        registry name, hub id or served name (the name says it)."""
+        return portable(self.model, roots) if "model" not in self.fingerprint() else None
+
+
+def model_identity(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """A model's fingerprint as the key takes it: a folder named by its path is its files (the
+    path, as given or resolved, is left out); a registry name, hub id or served name stays. Shared
+    by a fresh fingerprint and the migration of a recorded one, so both give one key."""
+    from optima_agents.models.registry import MODEL_REGISTRY
+
+    out = {k: v for k, v in recorded.items() if k != "path"}
+    if "files" in out and str(out.get("model", "")).strip().lower() not in MODEL_REGISTRY:
+        out.pop("model", None)
+    return out
+
+
+def identity_key(identity: Mapping[str, Any]) -> str:
+    """The cache key of a cell's identity: 16 hex digits of its canonical JSON's sha256."""
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def cell_path(root: Path, env_id: str, system: str, label: str, key: str, ablation: str | None = None) -> Path:
+    """Where a cell with these parts is stored under the board folder `root` (see the module doc)."""
+    folder = Path(root) / "cells" / env_id / system
+    if ablation is not None:
+        folder = folder / f"ablation-{ablation}"
+    return folder / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', label)}-{key}.json"
 
 
 @dataclass(frozen=True)
@@ -126,15 +250,16 @@ class Cell:
 
     @functools.cached_property
     def key(self) -> str:
-        text = json.dumps(self.identity, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+        return identity_key(self.identity)
+
+    def locations(self, roots: Roots | None = None) -> dict[str, Any]:
+        """Where the cell's model folder and data files were read from, as a result records them:
+        for the reader and for rebuilding its questions, never part of the key."""
+        out: dict[str, Any] = {"model": self.model.location(roots), **self.heldout.locations(roots)}
+        return {k: v for k, v in out.items() if v}
 
     def path(self, root: Path) -> Path:
-        label = re.sub(r"[^A-Za-z0-9._-]+", "_", self.model.label)
-        folder = Path(root) / "cells" / self.heldout.env_id / self.system.name
-        if self.ablation is not None:
-            folder = folder / f"ablation-{self.ablation}"
-        return folder / f"{label}-{self.key}.json"
+        return cell_path(root, self.heldout.env_id, self.system.name, self.model.label, self.key, self.ablation)
 
     def partial_path(self, root: Path) -> Path:
         return self.path(root).with_suffix(".partial.jsonl")
@@ -215,6 +340,9 @@ def write_cell(cell: Cell, root: Path, outcomes: Sequence[Outcome], *, seconds: 
                    "derived_from": derived_from, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if cell.ablation is not None:
         description["ablates"] = cell.base.key
+    locations = cell.locations()
+    if locations:
+        description["locations"] = locations
     path = cell.path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     result = _store(path, description, outcomes)

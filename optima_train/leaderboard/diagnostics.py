@@ -6,7 +6,7 @@
   not two marginal intervals'); only questions scored in both cells count.
 - `place_scores(outcomes, places)`: the mean score on each kind of question by where its answer
   lies (`optima_envs.core.places`), e.g. on the questions only the partner can answer.
-- `heldout_places(description)`: those places for a cell's recorded held-out set (rebuilt from
+- `heldout_places(heldout, locations)`: those places for a cell's recorded held-out set (rebuilt from
   the env, so any cell on the board, old or new, can be split).
 - `diagnose(...)`: all of it for the dialogues `optima eval` played.
 - `normalised_gain(score, no_talk, skyline)`: (score - no-talk) / (skyline - no-talk), where the
@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 from optima_agents.systems import Outcome
 from optima_envs.core.places import PLACES
 from optima_train.evaluation import Interval, bootstrap_interval
+from optima_train.leaderboard.cells import recorded_env_kwargs
 
 __all__ = ["answer_place_of", "comm_gain", "diagnose", "heldout_places", "normalised_gain", "place_scores"]
 
@@ -45,24 +46,25 @@ def place_scores(outcomes: Sequence[Outcome], places: Mapping[int, str | None]) 
     return {place: bootstrap_interval(scores) for place, scores in split.items()}
 
 
-def heldout_places(heldout: Mapping[str, Any]) -> dict[int, str | None] | None:
-    """Position -> answer place for a cell's stored held-out description; None when the task has
-    no split (debate) or its env cannot be built here (e.g. its data folder is missing)."""
-    return _places(json.dumps(heldout, sort_keys=True))
+def heldout_places(heldout: Mapping[str, Any],
+                   locations: Mapping[str, Any] | None = None) -> dict[int, str | None] | None:
+    """Position -> answer place for a cell's stored held-out description (and the data files its
+    `locations` recorded, read here: `recorded_env_kwargs`); None when the task has no split
+    (debate) or its env cannot be built here (e.g. its data folder is missing)."""
+    return _places(json.dumps({"heldout": heldout, "locations": dict(locations or {})}, sort_keys=True))
 
 
 @functools.lru_cache(maxsize=None)
 def _places(key: str) -> dict[int, str | None] | None:
-    import yaml
-
     import optima_envs
     from optima_agents.systems import heldout_questions
     from optima_envs.core.places import answer_place
     from optima_envs.errors import OptimaError
 
-    heldout = json.loads(key)
-    kwargs = {k: yaml.safe_load(v) for k, v in heldout["env_kwargs"].items()}
+    recorded = json.loads(key)
+    heldout = recorded["heldout"]
     try:
+        kwargs = recorded_env_kwargs(recorded)
         questions = heldout_questions(heldout["env_id"], kwargs, count=heldout["count"], seed=heldout["seed"],
                                       first_index=heldout["first_index"])
         task = optima_envs.make(heldout["env_id"], **kwargs).task

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
@@ -81,7 +82,8 @@ def attach_diagnostics(rows: Sequence[Row]) -> list[Row]:
             ablations[r.result.description["ablates"]][r.ablation] = r
     shown = [r for r in rows if r.ablation is None]
     no_talk = {(r.model, r.dtype): r.score for r in shown if r.system_name == "solo"}
-    places = heldout_places(shown[0].result.description["heldout"]) if shown else None
+    first = shown[0].result.description if shown else None
+    places = heldout_places(first["heldout"], first.get("locations")) if first else None
     if not (ablations or no_talk or places):
         return shown
     for r in shown:
@@ -281,12 +283,26 @@ def _row_key(row: Row) -> tuple[str, str, str, str, str]:
 
 def _task_header(task: str, rows: Sequence[Row], commands: Sequence[str]) -> str:
     held = rows[0].result.description["heldout"]
+    data = _data_note(rows[0].result.description.get("locations", {}).get("data", []))
     made_by = "Made by: " + "; ".join(f"`{c}`" for c in commands) + "\n\n" if commands else ""
     return (f"# Leaderboard: {task}\n\n{made_by}Held-out: {held['count']} questions from index "
             f"{held['first_index']}, evidence dealt by seed {held['seed']}+i, env v{held['env_version']}"
-            f"{', ' + str(held['env_kwargs']) if held['env_kwargs'] else ''}. Score over scored questions; "
+            f"{', ' + str(held['env_kwargs']) if held['env_kwargs'] else ''}{data}. Score over scored questions; "
             "answered: questions with a final answer in the task's format; tokens are everything the model generated per question (all samples, rounds and turns). "
             "Infra and scoring failures are counted apart, never as wrong answers.\n\n")
+
+
+def _data_note(files: Sequence[str]) -> str:
+    """Where the questions' data was read from: its file, or its folder and how many files."""
+    if not files:
+        return ""
+    if len(files) == 1:
+        return f", data `{files[0]}`"
+    try:
+        folder = posixpath.commonpath(files)
+    except ValueError:  # absolute and relative paths have no common folder
+        folder = ""
+    return f", data `{folder}/` ({len(files)} files)" if folder else f", data ({len(files)} files)"
 
 
 def _index_entry(row: Row, root: Path, command: str) -> dict:

@@ -282,13 +282,13 @@ def test_tasks_are_played_on_their_heldout_split(tmp_path):
     assert told[0].heldout.env_kwargs["split"] == "train"
 
 
-def test_the_recorded_command_names_the_data_folder_it_ran_with():
+def test_the_recorded_command_names_the_data_variable_it_ran_with_not_its_folder():
     from optima_train.cli.leaderboard import made_by
 
     argv = ["leaderboard", "--tasks", "arc-debate", "--systems", "mad", "--set", "arc-debate.split=test"]
     assert made_by(argv, {}) == "optima leaderboard --tasks arc-debate --systems mad --set arc-debate.split=test"
     assert made_by(argv, {"OPTIMA_DATA_DIR": "/data/my sets", "HOME": "/root"}) == (
-        "OPTIMA_DATA_DIR='/data/my sets' optima leaderboard --tasks arc-debate --systems mad "
+        "OPTIMA_DATA_DIR=$OPTIMA_DATA_DIR optima leaderboard --tasks arc-debate --systems mad "
         "--set arc-debate.split=test")
 
 
