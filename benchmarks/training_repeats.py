@@ -23,7 +23,9 @@ The board's baselines come from its own command (`optima leaderboard ... --out B
 `BOARD/leaderboard.md`); this script reads them and never recomputes them. Checkpoint cells use
 the same held-out set and settings as that board, so they are cached like any cell.
 
-Writes `benchmarks/results/<name>.json` and `.md`, and `<name>_seed<N>.json` per run: each
+Writes `benchmarks/results/<name>.json`, `.md` and `.png` (every stage of every seed on the
+score-against-tokens plane, with the baselines; `--plot-only` redraws it from the published
+files), and `<name>_seed<N>.json` per run: each
 stage's step times and what it trained on (selected examples, kept DPO pairs), read from the run
 directory as soon as the run ends, so they outlive it.
 """
@@ -176,6 +178,34 @@ def report(rows: list[dict[str, Any]], best: dict[str, Any], header: str,
     return "\n".join(lines) + "\n"
 
 
+def trajectory(rows: Sequence[dict[str, Any]], index: Sequence[dict[str, Any]], base_label: str,
+               dtype: str) -> tuple[dict[str, list[Any]], list[Any], float | None]:
+    """The plot's inputs from a result's rows and its board: one line of stages per seed, the
+    untrained baselines of the same task and precision, and the `solo` cell's score when the
+    board has one (the no-talk ceiling)."""
+    from optima_train.leaderboard.trajectory import Point
+
+    runs: dict[str, list[Any]] = {}
+    for row in rows:
+        for cell in row["cells"]:
+            stage, seed = cell["model"].rsplit("-seed", 1)
+            runs.setdefault(f"seed {seed}", []).append(Point(stage, cell["tokens"]["mean"], cell["score"]["mean"]))
+    untrained = [c for c in index if c["task"] == TASK and c["model"] == base_label and c["dtype"] == dtype]
+    baselines = [Point(c["system"], c["tokens"]["mean"], c["score"]["mean"]) for c in untrained
+                 if c["system"].split(":")[0] in BASELINES and ":" not in c["system"]]
+    solo = [c["score"]["mean"] for c in untrained if c["system"] == "solo"]
+    return runs, baselines, (solo[0] if solo else None)
+
+
+def plot_result(name: str, result: dict[str, Any], index: Sequence[dict[str, Any]], base_label: str) -> Path:
+    """`benchmarks/results/<name>.png`: the trajectory of every seed of a result."""
+    from optima_train.leaderboard.trajectory import plot_trajectory
+
+    runs, baselines, ceiling = trajectory(result["rows"], index, base_label, result["best_baseline"]["dtype"])
+    title = f"{result['task']}: training stages per seed ({result['best_baseline']['dtype']}, held-out questions)"
+    return plot_trajectory(runs, RESULTS / f"{name}.png", title=title, baselines=baselines, ceiling=ceiling)
+
+
 def seed_facts(name: str, method: str, run_dir: Path, iterations: int, *, trained_now: bool) -> dict[str, Any] | None:
     """A run's training facts, saved as `<name>.json` beside the results so they outlive its directory.
 
@@ -212,7 +242,15 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto",
                         help="The board cells' dtype; auto: bf16 where the hardware runs it natively, else float32.")
     parser.add_argument("--name", default="training_repeats_isft_synth_hop")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="Only redraw benchmarks/results/<name>.png from the published <name>.json and the board.")
     args = parser.parse_args()
+
+    if args.plot_only:
+        result = json.loads((RESULTS / f"{args.name}.json").read_text())
+        index = json.loads((ROOT / result["board"] / "leaderboard.json").read_text())["cells"]
+        print(plot_result(args.name, result, index, args.base_label))
+        return
 
     from optima_train.leaderboard import LeaderboardConfig, run_leaderboard, write_reports
 
@@ -268,9 +306,10 @@ def main() -> None:
                                  args.iterations, trained_now=False)
     facts = {seed: facts[seed] for seed in seeds}
     write_report(RESULTS / f"{args.name}.md", report(rows, best, header, facts))
-    write_result(args.name, {"command": command, "config": args.config, "seeds": seeds, "task": TASK,
-                             "task_kwargs": TASK_KWARGS, "board": args.board, "best_baseline": best, "rows": rows,
-                             "training": {str(k): v for k, v in facts.items()}})
+    result = {"command": command, "config": args.config, "seeds": seeds, "task": TASK, "task_kwargs": TASK_KWARGS,
+              "board": args.board, "best_baseline": best, "rows": rows, "training": {str(k): v for k, v in facts.items()}}
+    write_result(args.name, result)
+    plot_result(args.name, result, index, args.base_label)
     print((RESULTS / f"{args.name}.md").read_text())
 
 

@@ -130,6 +130,36 @@ def launch_keys(*sections: str) -> tuple[str, ...]:
     return tuple(f"{section}.{name}" for section in sections for name in LAUNCH_FIELDS)
 
 
+#: The Python module each tracker named in `train.report_to` needs, where it differs from the name.
+_TRACKER_MODULES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio", "mlflow": "mlflow",
+                    "comet_ml": "comet_ml", "clearml": "clearml", "neptune": "neptune", "dvclive": "dvclive"}
+
+
+def report_targets(names: list[str]) -> list[str]:
+    """`train.report_to` as TRL takes it: `auto` becomes tensorboard where it is installed; a named
+    tracker that is not installed fails here, at parse time, not after a generation phase."""
+    import importlib.util
+
+    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
+        raise ConfigError(f"train.report_to must be a list of tracker names, e.g. [tensorboard], got {names!r}")
+    targets: list[str] = []
+    for name in names:
+        if name == "none":
+            continue
+        if name == "auto":
+            if importlib.util.find_spec("tensorboard") is not None:
+                targets.append("tensorboard")
+            continue
+        module = _TRACKER_MODULES.get(name)
+        if module is None:
+            raise ConfigError(f"train.report_to names {name!r}, which is not a tracker this config knows; use "
+                              f"auto, none or any of {sorted(_TRACKER_MODULES)}")
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(f"train.report_to names {name!r}, but it is not installed: pip install {module}")
+        targets.append(name)
+    return list(dict.fromkeys(targets))
+
+
 @dataclass
 class TRLTrainSection:
     """The `train` fields every method passes to its TRL config (`trl_glue.training_args` reads
@@ -138,7 +168,7 @@ class TRLTrainSection:
 
     TRL_CONFIG: ClassVar[str] = "SFTConfig"
     METHOD: ClassVar[str] = "iSFT"
-    OWNED: ClassVar[tuple[str, ...]] = ("output_dir", "report_to", "seed")
+    OWNED: ClassVar[tuple[str, ...]] = ("output_dir", "seed")
     OWNED_NOTE: ClassVar[str] = ""
     AT_LEAST_ONE: ClassVar[tuple[str, ...]] = ("per_device_train_batch_size", "gradient_accumulation_steps",
                                                "max_length", "logging_steps")
@@ -161,7 +191,11 @@ class TRLTrainSection:
         "bf16 autocast; auto: on where the device runs bf16 natively (GPUs, CPUs with AMX or AVX512-BF16), off on "
         "other CPUs, where it is emulated and slower than float32."))
     gradient_checkpointing: bool = field(default=False, metadata=help_meta("Trade compute for memory."))
-    logging_steps: int = field(default=5, metadata=help_meta("Log the losses every this many steps (TensorBoard)."))
+    logging_steps: int = field(default=5, metadata=help_meta("Log the losses every this many steps."))
+    report_to: list[str] = field(default_factory=lambda: ["auto"], metadata=help_meta(
+        "Experiment trackers TRL logs each training step to (its `report_to`): auto is tensorboard where it is "
+        "installed (event files in <iteration>/trainer/runs), else none; or name them, e.g. [tensorboard, wandb] "
+        "or [trackio]; [] or [none]: no tracker."))
     # launch (how, not what: a run may resume under another launcher, see `launch_keys`)
     launcher: str = field(default="inline", metadata=help_meta(
         "Where each training step runs: in this process (inline), or under `accelerate launch` in a subprocess "
@@ -190,6 +224,7 @@ class TRLTrainSection:
             raise ConfigError(f"train.accelerate_config={self.accelerate_config!r} and train.launch_args="
                               f"{self.launch_args!r} apply to launcher=accelerate, but train.launcher='inline'; set "
                               "train.launcher=accelerate or remove them")
+        report_targets(self.report_to)
         if self.extra:
             self._check_extra()
 

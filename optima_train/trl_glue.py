@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from optima_envs.errors import OptimaError
+from optima_train.config_base import report_targets
 from optima_train.run_dir import atomic_dir, atomic_write_json, read_json
 
 __all__ = ["TrainRun", "TrainingLaunchError", "count_trainable", "finish_training", "launch_training",
@@ -194,7 +195,8 @@ def training_args(cfg: Any, folder: Path, *, seed: int) -> dict[str, Any]:
     """
     t = cfg.train
     return dict(
-        output_dir=str(folder / "trainer"), report_to="none", save_strategy="no", seed=seed,
+        output_dir=str(folder / "trainer"), report_to=report_targets(t.report_to) or "none", save_strategy="no",
+        seed=seed,
         learning_rate=t.learning_rate, num_train_epochs=t.num_train_epochs, max_steps=t.max_steps,
         per_device_train_batch_size=t.per_device_train_batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps, max_length=t.max_length,

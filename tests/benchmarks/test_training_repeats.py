@@ -103,3 +103,26 @@ def test_seed_facts_of_an_earlier_run_come_from_its_saved_file(tmp_path, monkeyp
     assert saved.read_text() == written  # an earlier run's file is read, not rewritten
     assert "evaluation" in repeats.seed_facts("r_seed1", "isft", run_dir, 1, trained_now=True)["it0"]
     assert repeats.seed_facts("r_seed2", "isft", tmp_path / "gone", 1, trained_now=False) is None
+
+
+def test_the_trajectory_has_one_line_per_seed_with_the_baselines_and_ceiling_of_one_precision(tmp_path):
+    from benchmarks.training_repeats import trajectory
+    from optima_train.leaderboard.trajectory import Point, plot_trajectory
+
+    def stage(model, score, tokens):
+        return {"model": model, "score": {"mean": score}, "tokens": {"mean": tokens}}
+
+    rows = [{"cells": [stage("isft-it0-seed1", 0.2, 80.0), stage("isft-it0-seed2", 0.3, 70.0)]},
+            {"cells": [stage("isft-it1-seed1", 0.4, 40.0), stage("isft-it1-seed2", 0.5, 30.0)]}]
+    index = [_cell("cot", 0.05, 57.0, "float32"), _cell("sc:k=4", 0.06, 200.0, "float32"),
+             _cell("solo", 0.51, 20.0, "float32"), _cell("mas", 0.9, 10.0, "bfloat16"),
+             _cell("mas", 0.9, 10.0, "float32", task="hotpotqa-ia")]
+    runs, baselines, ceiling = trajectory(rows, index, "smollm2-135m", "float32")
+    assert runs == {"seed 1": [Point("isft-it0", 80.0, 0.2), Point("isft-it1", 40.0, 0.4)],
+                    "seed 2": [Point("isft-it0", 70.0, 0.3), Point("isft-it1", 30.0, 0.5)]}
+    assert baselines == [Point("cot", 57.0, 0.05)]  # one point per family, this task and precision only
+    assert ceiling == 0.51
+    path = plot_trajectory(runs, tmp_path / "t.png", title="t", baselines=baselines, ceiling=ceiling)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="at least one run"):
+        plot_trajectory({"seed 1": []}, tmp_path / "empty.png", title="t")

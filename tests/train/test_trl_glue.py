@@ -144,3 +144,24 @@ def test_train_restores_torch_threads(tmp_path, monkeypatch, fails):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("config_cls", [ISFTConfig, IDPOConfig])
+def test_report_to_reaches_trl_and_auto_is_tensorboard_where_installed(config_cls, tmp_path, monkeypatch):
+    import importlib.util
+
+    from optima_envs.errors import ConfigError
+
+    have_tensorboard = importlib.util.find_spec("tensorboard") is not None
+    args = training_args(load_config(config_cls, None, []), tmp_path, seed=0)
+    assert args["report_to"] == (["tensorboard"] if have_tensorboard else "none")
+    assert training_args(load_config(config_cls, None, ["train.report_to=[]"]), tmp_path, seed=0)["report_to"] == "none"
+    assert training_args(load_config(config_cls, None, ["train.report_to=[none]"]), tmp_path, seed=0)["report_to"] == "none"
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trackio" else real_find_spec(name, *a))
+    with pytest.raises(ConfigError, match=r"'trackio', but it is not installed: pip install trackio"):
+        load_config(config_cls, None, ["train.report_to=[trackio]"])
+    with pytest.raises(ConfigError, match="not a tracker this config knows"):
+        load_config(config_cls, None, ["train.report_to=[tensorbord]"])
+    with pytest.raises(ConfigError, match="train.extra sets"):
+        load_config(config_cls, None, ["train.extra={report_to: wandb}"])
