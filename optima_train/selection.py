@@ -2,7 +2,9 @@
 
 Pure and deterministic (DESIGN.md section 2):
 
-1. Drop candidates without a reward (scoring or infrastructure failures; counted, never 0).
+1. Drop candidates without a reward (scoring or infrastructure failures; counted, never 0),
+   and, with `informative_only`, those whose partners did not tell the answerer what it lacked
+   (`Candidate.informative` False: a right answer there is a guess).
 2. Per group (question), keep the best candidate: highest reward, then fewest tokens, then
    lowest sample index (so ties never depend on input order).
 3. Rank the groups by that best reward and keep the top `keep_fraction` of them, rounded up
@@ -35,6 +37,7 @@ class Candidate:
     tokens: int = 0
     sample_index: int = 0
     excluded: str | None = None
+    informative: bool | None = None  # the partners' messages carried the answer (None: not checked)
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,8 @@ def _rank(c: Candidate) -> tuple:
 
 
 def select_best(candidates: Sequence[Candidate], *, keep_fraction: float = 0.7,
-                reward_threshold: float | None = None, min_score: float | None = None) -> SelectionResult:
+                reward_threshold: float | None = None, min_score: float | None = None,
+                informative_only: bool = False) -> SelectionResult:
     """Pick the training dialogues of one iteration.
 
     Args:
@@ -56,13 +60,16 @@ def select_best(candidates: Sequence[Candidate], *, keep_fraction: float = 0.7,
         keep_fraction: share of questions (by best reward) kept, in (0, 1].
         reward_threshold: keep only questions whose best reward is at least this (None: no bar).
         min_score: keep only questions whose best sample's task score is at least this.
+        informative_only: rank only candidates whose `informative` is True.
 
     Returns:
         The selected candidates (best reward first) and counts: candidates, excluded (and per
-        reason), groups, groups_ranked, after_fraction, below_threshold, below_min_score, selected.
+        reason), uninformative (with `informative_only`), groups, groups_ranked, after_fraction,
+        below_threshold, below_min_score, selected.
 
     Raises:
-        ConfigError: keep_fraction outside (0, 1].
+        ConfigError: keep_fraction outside (0, 1]; `informative_only` with a candidate that was
+            not checked (`informative` None).
     """
     if not 0 < keep_fraction <= 1:
         raise ConfigError(f"selection.keep_fraction must be in (0, 1], got {keep_fraction}")
@@ -71,6 +78,14 @@ def select_best(candidates: Sequence[Candidate], *, keep_fraction: float = 0.7,
 
     ranked = [c for c in candidates if has_reward(c)]
     excluded = [c for c in candidates if not has_reward(c)]
+    uninformative: list[Candidate] = []
+    if informative_only:
+        unchecked = [c.key for c in ranked if c.informative is None]
+        if unchecked:
+            raise ConfigError(f"selection.informative_only needs every candidate checked; {len(unchecked)} were not "
+                              f"(e.g. {unchecked[0]!r}): the task has no notion of a partner's information (debate)")
+        uninformative = [c for c in ranked if not c.informative]
+        ranked = [c for c in ranked if c.informative]
     best: dict[Hashable, Candidate] = {}
     for c in ranked:
         if c.group not in best or _rank(c) < _rank(best[c.group]):
@@ -90,6 +105,7 @@ def select_best(candidates: Sequence[Candidate], *, keep_fraction: float = 0.7,
         "excluded": len(excluded),
         **{f"excluded_{reason}": sum(1 for c in excluded if (c.excluded or "no_reward") == reason)
            for reason in sorted({c.excluded or "no_reward" for c in excluded})},
+        **({"uninformative": len(uninformative)} if informative_only else {}),
         "groups": len({c.group for c in candidates}),
         "groups_ranked": len(order),
         "after_fraction": len(top),

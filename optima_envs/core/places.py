@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 from optima_envs.core.types import Evidence, TaskInstance
 
-__all__ = ["PLACES", "always_partner", "answer_place", "gold_in_text", "place_by_gold_text"]
+__all__ = ["PLACES", "always_partner", "answer_place", "gold_in_text", "partners_informed", "place_by_gold_text"]
 
 PLACES = ("alone", "partner", "named")
 
@@ -49,13 +49,43 @@ def always_partner(instance: TaskInstance, evidence: Sequence[Sequence[Evidence]
     return "partner"
 
 
+def _answerer(task: Any, num_agents: int) -> int:
+    """The first seat whose role gives answers."""
+    roles = task.prompts.roles(num_agents)
+    return next((i for i, role in enumerate(roles) if role.gives_answer), 0)
+
+
 def answer_place(task: Any, instance: TaskInstance, evidence: Sequence[Sequence[Evidence]]) -> str | None:
     """The place of one instance's answer (`PLACES`), seen from the first seat whose role gives
     answers; None for tasks where the agents hold no private evidence (debate)."""
-    roles = task.prompts.roles(len(evidence))
-    answerer = next((i for i, role in enumerate(roles) if role.gives_answer), 0)
+    answerer = _answerer(task, len(evidence))
     if task.answer_place is not None:
         return task.answer_place(instance, evidence, answerer)
     if task.family != "ia":
         return None
     return place_by_gold_text(instance, evidence, answerer)
+
+
+def partners_informed(task: Any, instance: TaskInstance, evidence: Sequence[Sequence[Evidence]],
+                      messages: Sequence[tuple[int, str]]) -> bool | None:
+    """Whether a dialogue's partners told the answering seat what it lacked.
+
+    `messages` are (seat, text) pairs in order. Only `partner` questions are checked: on the
+    others the answering seat needs nothing from its partners, so the answer is True. There the
+    task's `informative` check reads the partners' messages (a game: the speaker described the
+    target and no other object); without one, an information-asymmetric task asks that a partner
+    wrote the gold text. None for tasks with no private evidence (debate), where it has no meaning.
+
+    A right answer after messages that carry nothing is a guess; training on it teaches guessing.
+    """
+    place = answer_place(task, instance, evidence)
+    if place is None:
+        return None
+    if place != "partner":
+        return True
+    answerer = _answerer(task, len(evidence))
+    said = [text for seat, text in messages if seat != answerer]
+    if task.informative is not None:
+        return bool(task.informative(instance, evidence, said))
+    golds = [str(g) for g in instance.gold] if isinstance(instance.gold, (list, tuple)) else [str(instance.gold)]
+    return any(gold_in_text(g, " ".join(said)) for g in golds)

@@ -43,6 +43,8 @@ AnswerPlace = Callable[[TaskInstance, Sequence[Sequence[Evidence]], int], str]
 given every seat's evidence and the first seat that gives answers."""
 
 SoloMetric = Callable[[str, TaskInstance, int], float]
+InformativeCheck = Callable[[TaskInstance, Sequence[Sequence[Evidence]], Sequence[str]], bool]
+"""(instance, evidence, the partners' messages) -> whether those messages carry the answer."""
 """Scores an answer that the agent in seat `seat` gave alone, from its own view (for a game whose
 `metric` reads an answer as the first seat's)."""
 
@@ -122,6 +124,10 @@ class Task:
     on information-asymmetric tasks, no split on the others."""
     solo_metric: SoloMetric | None = None
     """Scores one seat's answer given alone (the no-talk baseline); None: `metric`, whatever the seat."""
+    informative: InformativeCheck | None = None
+    """Whether the partners' messages carry what the answering seat lacks
+    (`optima_envs.core.places.partners_informed`); None: the gold text written by a partner, on
+    information-asymmetric tasks; no check on the others."""
 
 
 def instance_gold_for_info(instance: TaskInstance) -> Any:

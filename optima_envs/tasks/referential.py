@@ -143,6 +143,14 @@ def first_pick_ends(history: Sequence[Message], message: Message) -> str | None:
     return "picked" if message.answer is not None else None
 
 
+def names_only_target(instance: TaskInstance, evidence: Sequence[Sequence[Evidence]], said: Sequence[str]) -> bool:
+    """The speaker's messages name the target: of the listener's objects, the target is the only
+    one whose every attribute word they contain (naming two objects identifies neither)."""
+    words = set(re.findall(r"[a-z]+", " ".join(said).casefold()))
+    named = [i for i, d in enumerate(instance.meta["listener_view"]) if set(d.split()) <= words]
+    return named == [LETTERS.index(instance.gold)]
+
+
 # --- what each seat sees -------------------------------------------------------------------
 
 def deal_views(instance: TaskInstance, num_agents: int, rng: np.random.Generator) -> tuple[tuple[Evidence, ...], ...]:
@@ -229,4 +237,5 @@ def make_task(*, min_candidates: int = 4, max_candidates: int = 6, max_differenc
         num_agents=2,
         answer_pattern=pick_pattern,
         answer_place=always_partner,
+        informative=names_only_target,
     )

@@ -203,6 +203,10 @@ class SelectionSection:
     reward_threshold: float | None = field(default=None, metadata=_help("Keep only questions whose best reward is >= this."))
     min_score: float | None = field(default=0.5, metadata=_help(
         "Keep only questions whose best dialogue's task score is >= this (null: no bar)."))
+    informative_only: bool = field(default=False, metadata=_help(
+        "Rank only dialogues whose partners told the answerer what it lacked (the task's informative "
+        "check; on questions the answerer can answer alone every dialogue counts): a right answer "
+        "after messages that carry nothing is a guess."))
 
     def __post_init__(self) -> None:
         if not 0 < self.keep_fraction <= 1:

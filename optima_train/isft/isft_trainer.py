@@ -79,6 +79,7 @@ class ISFTTrainer(SampledDialogues, IterativeTrainer):
         from transformers import AutoTokenizer
 
         import optima_envs
+        from optima_train.informative import record_informed
         from optima_train.selection import Candidate, select_best
         from optima_train.sft_data import (
             build_sft_examples,
@@ -89,13 +90,15 @@ class ISFTTrainer(SampledDialogues, IterativeTrainer):
         cfg, s = self.config, self.config.selection
         records = load_records(self.run_dir.step_dir(it, "scoring") / EPISODES)
         n = cfg.generation.samples_per_question
+        env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(cfg.task.train_kwargs()))
+        informed = [record_informed(env, rec) if s.informative_only and rec.scored else None for rec in records]
         candidates = [Candidate(key=pos, group=rec.instance_id, reward=rec.reward_components.get("reward"),
                                 score=rec.score, tokens=rec.total_tokens, sample_index=pos % n,
-                                excluded=None if rec.scored else ("infra_failure" if rec.infra_failure else "scoring_failure"))
+                                excluded=None if rec.scored else ("infra_failure" if rec.infra_failure else "scoring_failure"),
+                                informative=informed[pos])
                       for pos, rec in enumerate(records)]
         result = select_best(candidates, keep_fraction=s.keep_fraction, reward_threshold=s.reward_threshold,
-                             min_score=s.min_score)
-        env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(cfg.task.train_kwargs()))
+                             min_score=s.min_score, informative_only=s.informative_only)
         tokenizer = AutoTokenizer.from_pretrained(self.model_before(it))
         rows, chosen = [], []
         for c in result.selected:

@@ -1,0 +1,106 @@
+"""Whether the partners told the answerer what it lacked: the referential game's check (the
+speaker named the target and no other object), the gold-text default on information-asymmetric
+tasks, the record-level check used by selection, and selection's `informative_only`."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import optima_envs
+from optima_agents.policies import ScriptedPolicy
+from optima_agents.rollout import EpisodeSpec, rollout
+from optima_envs.core.places import partners_informed
+from optima_envs.errors import ConfigError
+from optima_envs.tasks.referential import LETTERS, names_only_target, oracle_policies
+from optima_train.informative import record_informed
+from optima_train.selection import Candidate, select_best
+
+
+def referential(index: int = 0):
+    env = optima_envs.make("referential-game", split="validation")
+    env.reset(seed=0, options={"index": index})
+    return env
+
+
+class TestReferentialCheck:
+    def test_naming_the_target_alone_is_informative(self):
+        state = referential().state
+        target = state.instance.meta["listener_view"][LETTERS.index(state.instance.gold)]
+        assert names_only_target(state.instance, state.evidence, [f"It is the {target}."])
+        assert partners_informed(referential().task, state.instance, state.evidence, [(0, f"The {target}!")])
+
+    def test_naming_another_object_or_two_objects_or_none_is_not(self):
+        state = referential().state
+        view, gold = state.instance.meta["listener_view"], LETTERS.index(state.instance.gold)
+        other = next(d for i, d in enumerate(view) if i != gold)
+        inst, ev = state.instance, state.evidence
+        assert not names_only_target(inst, ev, [f"It is the {other}."])
+        assert not names_only_target(inst, ev, [f"Either the {view[gold]} or the {other}."])
+        assert not names_only_target(inst, ev, ["Pick the one I mean."])
+
+    def test_only_the_speakers_messages_count(self):
+        env = referential()
+        state = env.state
+        target = state.instance.meta["listener_view"][LETTERS.index(state.instance.gold)]
+        assert not partners_informed(env.task, state.instance, state.evidence, [(1, f"The {target}?")])
+
+
+class TestDefaultCheck:
+    def test_partner_questions_need_the_gold_from_a_partner_and_others_always_pass(self):
+        env = optima_envs.make("synth-hop-ia", hops=2, distractors=0, comparison_rate=0.0, split="validation")
+        seen = {}
+        for i in range(40):
+            env.reset(seed=1_000_000 + i, options={"index": i})
+            s = env.state
+            gold = s.instance.gold
+            said, silent = partners_informed(env.task, s.instance, s.evidence, [(1, f"It is {gold}.")]), \
+                partners_informed(env.task, s.instance, s.evidence, [(1, "I do not know."), (0, f"It is {gold}.")])
+            in_own = any(gold in e.render() for e in s.evidence[0])
+            assert said is True
+            assert silent is in_own  # alone: nothing was needed; partner: the answerer said it, not the partner
+            seen[in_own] = True
+        assert seen == {True: True, False: True}
+
+    def test_debates_have_no_check(self):
+        env = optima_envs.make("synth-arith-debate")
+        env.reset(seed=0, options={"index": 0})
+        assert partners_informed(env.task, env.state.instance, env.state.evidence, [(1, "42")]) is None
+
+
+class TestRecordInformed:
+    def test_oracle_dialogues_are_informative_and_a_lying_speaker_is_not(self):
+        env = optima_envs.make("referential-game", split="validation")
+        agents = env.possible_agents
+        oracle = oracle_policies(agents)
+        honest = ScriptedPolicy(lambda o: oracle[o["agent"]](o), name="oracle")
+        liar = ScriptedPolicy(lambda o: "It is round." if o["agent"] == agents[0] else "<A>A</A>", name="liar")
+        specs = [EpisodeSpec(seed=i, index=i) for i in range(6)]
+        kwargs = {"env_kwargs": {"split": "validation"}, "progress": False}
+        told = rollout("referential-game", honest, specs, **kwargs)
+        untold = rollout("referential-game", liar, specs, **kwargs)
+        assert all(r.score == 1.0 for r in told)
+        assert [record_informed(env, r) for r in told] == [True] * 6
+        assert [record_informed(env, r) for r in untold] == [False] * 6
+
+    def test_another_env_is_refused(self):
+        env = optima_envs.make("referential-game", split="validation")
+        record = rollout("referential-game", ScriptedPolicy(lambda o: "<A>A</A>"), [EpisodeSpec(seed=0, index=0)],
+                         env_kwargs={"split": "train"}, progress=False)[0]
+        with pytest.raises(ValueError, match="rebuilt instance"):
+            record_informed(env, record)
+
+
+class TestInformativeOnly:
+    def test_uninformative_right_answers_are_not_ranked(self):
+        cands = [Candidate(0, "a", 1.0, informative=False), Candidate(1, "a", 0.5, informative=True),
+                 Candidate(2, "b", 1.0, informative=False)]
+        res = select_best(cands, keep_fraction=1.0, min_score=None, informative_only=True)
+        assert [c.key for c in res.selected] == [1]
+        assert res.stats["uninformative"] == 2 and res.stats["groups"] == 2 and res.stats["groups_ranked"] == 1
+        assert [c.key for c in select_best(cands, keep_fraction=1.0, min_score=None).selected] == [0, 2]
+
+    def test_unchecked_candidates_are_refused(self):
+        with pytest.raises(ConfigError, match=re.escape("informative_only needs every candidate checked")):
+            select_best([Candidate(0, "a", 1.0)], informative_only=True)
