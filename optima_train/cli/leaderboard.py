@@ -7,6 +7,7 @@
     optima leaderboard --tasks gsm8k-debate --systems cot --backend openai --base-url http://127.0.0.1:8000/v1 \\
         --model served-name --set gsm8k-debate.split=test
     optima leaderboard --tasks referential-game --systems mas --model trained=runs/.../checkpoint --diagnostics
+    optima leaderboard --tasks synth-hop-ia --systems none --external verifiers_run.json   # another stack's run
 
 Every cell is cached under `--out`; an identical second call computes nothing, a killed call
 resumes. Writes a markdown table and a PNG per task, one table across tasks and a JSON index.
@@ -65,7 +66,8 @@ def _task_sets(items: list[str], tasks: list[str]) -> dict[str, dict[str, Any]]:
 def leaderboard(
     tasks: str = typer.Option(..., "--tasks", help="Comma-separated env ids."),
     systems: str = typer.Option("cot,sc,mad,autoform,mas", "--systems",
-                                help="Comma-separated systems; settings after colons: sc:k=4:temperature=0.5."),
+                                help="Comma-separated systems; settings after colons: sc:k=4:temperature=0.5; "
+                                "none: run no system (with --external: only put those cells on the board)."),
     model: list[str] = typer.Option(["smollm2-135m"], "--model", help="label=model or model (repeatable)."),
     backend: str = typer.Option("hf", "--backend", help=backend_help()),
     base_url: list[str] = typer.Option([], "--base-url", help="OpenAI-compatible server URL (repeatable)."),
@@ -88,6 +90,8 @@ def leaderboard(
     diagnostics: bool = typer.Option(False, "--diagnostics", help="Whether a score came from talking: both "
                                      "ablations, and the solo system (no-talk ceiling) on tasks with private "
                                      "information; the tables gain no-talk, comm gain and partner-only."),
+    external: list[Path] = typer.Option([], "--external", help="A cell made by another stack, as a JSON file "
+                                        "(format: docs/extending.md); validated, then put on the board (repeatable)."),
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Compare systems x tasks x models: score against tokens per question, cached per cell."""
@@ -96,7 +100,15 @@ def leaderboard(
     console = Console(soft_wrap=True)
     err = Console(stderr=True, soft_wrap=True)
     task_list = _csv(tasks)
+    run_systems = systems.strip().lower() != "none"
     try:
+        if not run_systems and not external:
+            raise ConfigError("--systems none runs nothing: give --external cell files to put on the board")
+        if not run_systems:
+            imported = _import(external, out, _task_sets(task_set, task_list))
+            paths = write_reports(imported, out, command=made_by(sys.argv[1:], os.environ))
+            console.print(f"[bold]cells[/]: {len(imported)} imported; reports in {out} ({len(paths)} files)")
+            return
         config = LeaderboardConfig(
             tasks=task_list, systems=_csv(systems), models=model, backend=backend, base_urls=base_url, dtype=dtype,
             questions=questions, seed=seed, first_index=first_index, max_new_tokens=max_new_tokens,
@@ -110,6 +122,7 @@ def leaderboard(
                 console.print(f"{cell.heldout.env_id} | {cell.system.name} {cell.system.settings()} | "
                               f"{cell.model.label}{ablation} | {state}", highlight=False)
             return
+        imported = _import(external, out, config.env_kwargs)  # a bad file is refused before any model runs
         run = run_leaderboard(config, log=lambda line: err.print(escape(line), highlight=False))
     except ValueError as error:
         err.print(f"[red]error:[/red] {escape(str(error))}")
@@ -122,6 +135,13 @@ def leaderboard(
         console.print(f"[bold]cells[/]: {len(run.rescored)} of {len(run.cached)} cached re-scored with a changed "
                       f"score, {len(run.skipped)} not on disk; reports in {out} ({len(paths)} files)")
         return
-    paths = write_reports(run.results, out, command=made_by(sys.argv[1:], os.environ))
+    paths = write_reports([*run.results, *imported], out, command=made_by(sys.argv[1:], os.environ))
     console.print(f"[bold]cells[/]: {len(run.computed)} computed, {len(run.derived)} derived (scaling), "
-                  f"{len(run.cached)} cached; reports in {out} ({len(paths)} files)")
+                  f"{len(run.cached)} cached, {len(imported)} imported; reports in {out} ({len(paths)} files)")
+
+
+def _import(files: list[Path], out: Path, kwargs: Mapping[str, Mapping[str, Any]]) -> list:
+    """The external cell files, validated and stored under the board folder."""
+    from optima_train.leaderboard.external import import_external
+
+    return [import_external(path, out, location_kwargs=kwargs) for path in files]

@@ -27,7 +27,7 @@ from optima_train.run_dir import atomic_write_json
 __all__ = [
     "IDENTITY_FIELDS", "LOCATION_KWARGS", "Cell", "CellResult", "HeldOut", "ModelSpec", "Partial", "append_partial",
     "cell_path", "content_digest", "data_identity", "heldout_identity", "identity_key", "model_identity", "read_cell",
-    "read_partial", "recorded_env_kwargs", "rewrite_cell", "summarize_outcomes", "system_spec", "write_cell",
+    "read_partial", "recorded_env_kwargs", "rewrite_cell", "store_cell", "summarize_outcomes", "system_spec", "write_cell",
 ]
 
 #: The parts of a cell's description that are its identity (the rest says how and when it was computed).
@@ -345,7 +345,7 @@ def write_cell(cell: Cell, root: Path, outcomes: Sequence[Outcome], *, seconds: 
         description["locations"] = locations
     path = cell.path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    result = _store(path, description, outcomes)
+    result = store_cell(path, description, outcomes)
     cell.partial_path(root).unlink(missing_ok=True)
     return result
 
@@ -353,10 +353,10 @@ def write_cell(cell: Cell, root: Path, outcomes: Sequence[Outcome], *, seconds: 
 def rewrite_cell(result: CellResult, outcomes: Sequence[Outcome]) -> CellResult:
     """Store a finished cell's outcomes again (re-scored), keeping what the cell is and how it
     was computed, and noting when it was re-scored."""
-    return _store(result.path, {**result.description, "rescored": time.strftime("%Y-%m-%dT%H:%M:%S")}, outcomes)
+    return store_cell(result.path, {**result.description, "rescored": time.strftime("%Y-%m-%dT%H:%M:%S")}, outcomes)
 
 
-def _store(path: Path, description: Mapping[str, Any], outcomes: Sequence[Outcome]) -> CellResult:
+def store_cell(path: Path, description: Mapping[str, Any], outcomes: Sequence[Outcome]) -> CellResult:
     """Write a cell atomically: its description, the summary of its outcomes, the outcomes by position."""
     ordered = tuple(sorted(outcomes, key=lambda o: o.position))
     summary = summarize_outcomes(ordered)
