@@ -45,7 +45,7 @@ ISFT_CONFIG = ROOT / "configs" / "isft" / "synth_hop_experiment.yaml"
 IDPO_CONFIG = ROOT / "configs" / "idpo" / "synth_hop.yaml"
 ISFT_DPO_CONFIG = ROOT / "configs" / "isft_dpo" / "synth_hop.yaml"
 ISFT_CHECKPOINT = ROOT / "runs" / "isft" / "synth_hop_experiment" / "iter_000" / "training" / "checkpoint"
-UNLOADED_TOKENS_PER_S = 338.0  # DESIGN.md section 4: SmolLM2-135M, transformers bf16, batch 32
+UNLOADED_TOKENS_PER_S = 338.0  # docs/design.md section 4: SmolLM2-135M, transformers bf16, batch 32
 
 # Sizes. "full" is sized to about an hour per method on this 2-core CPU (see the projection a
 # smoke run writes); "smoke" runs every step end to end in minutes.
@@ -255,7 +255,7 @@ def projection(method: str, report: dict[str, Any], smoke: dict[str, Any], full:
     out = {k: round(v, 1) for k, v in out.items()}
     out["total_s"] = round(sum(out.values()), 1)
     out["total_h"] = round(out["total_s"] / 3600, 2)
-    # The same work at the unloaded rate measured for DESIGN.md section 4 (transformers bf16,
+    # The same work at the unloaded rate measured for docs/design.md section 4 (transformers bf16,
     # batch 32: 338 tokens/s), for when the 2 cores are not shared with other jobs.
     slowdown = UNLOADED_TOKENS_PER_S / max(call["tokens_per_s"], 1e-9)
     out["total_h_unloaded"] = round(out["total_s"] / slowdown / 3600, 2)

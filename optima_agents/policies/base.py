@@ -2,7 +2,7 @@
 
 A policy takes a batch of turn requests (an agent and its env observation) and returns one
 action per request, in order. Backends batch the whole list in one call: that is where the
-speed comes from (DESIGN.md section 4). A backend that batches continuously on its own (a vLLM
+speed comes from (docs/design.md section 4). A backend that batches continuously on its own (a vLLM
 engine, an OpenAI-compatible server) may also take requests one at a time (`SubmittingPolicy`),
 so a caller need not wait for a whole batch before sending the next request.
 """

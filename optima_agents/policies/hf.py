@@ -11,7 +11,7 @@ Why it is built this way:
 - **Sorting by length** keeps rows of similar length together (less padding, less wasted
   compute); results are returned in request order.
 - **bfloat16 by default on CPU**: on this project's CPUs (avx512_bf16, no AMX) a bf16 matmul is
-  2.2-2.7x faster than fp32 (measured; DESIGN.md section 4's AMX figure does not apply to them).
+  2.2-2.7x faster than fp32 (measured; docs/design.md section 4's AMX figure does not apply to them).
   bf16 greedy output is sane (SmolLM2 answers "The capital of France is
   Paris." in both dtypes, tested) but not token-identical to fp32, and bf16 rounding depends on
   the batch shape: at a near-tie a row can decode differently in a batch than alone (seen on 1

@@ -17,7 +17,7 @@ transformers fp32 exactly was: transformers bf16 7/16, vLLM bf16 eager 7/16 (bat
 early as the first token. The first token of "What is the capital of France?" is such a tie:
 fp32 prefers "The" by 0.08 nats over "L", and bf16 may pick "L" and go on with "L'Etoile, la
 Marseillaise, la femme...", a continuation that is greedy under fp32 from then on. That output
-is bf16 rounding at a near-tie, not a broken kernel (DESIGN.md section 4 blamed bf16 + eager
+is bf16 rounding at a near-tie, not a broken kernel (docs/design.md section 4 blamed bf16 + eager
 for it; we saw it from bf16 *compiled* and not from bf16 eager, so it follows the numerics, not
 the mode).
 

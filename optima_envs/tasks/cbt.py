@@ -28,6 +28,8 @@ evidence_split ("halves" or "alternate").
 
 ## Version History
 - v1: first release.
+- v2: scoring agrees with the official scripts, and a dialogue ends when an answer repeats
+  the last non-empty answer (the reference rule); see `optima_envs.envs`.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ data_dir, data_files, split ("test" (default) or "train"), limit, seed, on_error
 
 ## Version History
 - v1: first release.
+- v2: scoring agrees with the official scripts, and a dialogue ends when an answer repeats
+  the last non-empty answer (the reference rule); see `optima_envs.envs`.
 """
 
 from __future__ import annotations

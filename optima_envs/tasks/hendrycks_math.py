@@ -21,6 +21,8 @@ on_error, hub_id (default `EleutherAI/hendrycks_math`, or `HuggingFaceH4/MATH-50
 
 ## Version History
 - v1: first release.
+- v2: scoring agrees with the official scripts, and a dialogue ends when an answer repeats
+  the last non-empty answer (the reference rule); see `optima_envs.envs`.
 """
 
 from __future__ import annotations

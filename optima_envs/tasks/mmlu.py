@@ -22,6 +22,8 @@ data_dir (the release's data/ folder with test/, val/, dev/), data_files (CSV fi
 
 ## Version History
 - v1: first release.
+- v2: scoring agrees with the official scripts, and a dialogue ends when an answer repeats
+  the last non-empty answer (the reference rule); see `optima_envs.envs`.
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ class IDPORunSection(RunSection):
 
 @dataclass
 class IDPOConfig:
-    """Iterative DPO with MCTS (DESIGN.md section 2): search dialogue trees on training
+    """Iterative DPO with MCTS (docs/design.md section 2): search dialogue trees on training
     questions, pair the best and worst replies of each branching node, train DPO + NLL on the
     kept pairs (LoRA merged into the checkpoint), evaluate, repeat.
 

@@ -1,4 +1,4 @@
-"""`IDPOTrainer`: iterative DPO with MCTS over dialogue turns (DESIGN.md section 2), resumable by step.
+"""`IDPOTrainer`: iterative DPO with MCTS over dialogue turns (docs/design.md section 2), resumable by step.
 
 Per iteration `i` (the run-dir layout of `optima_train.run_dir`, steps `search`, `training`,
 `evaluation`):

@@ -279,7 +279,7 @@ class RunSection:
 
 @dataclass
 class ISFTConfig:
-    """Iterative SFT (DESIGN.md section 2): sample N dialogues per question, rank by the Optima
+    """Iterative SFT (docs/design.md section 2): sample N dialogues per question, rank by the Optima
     reward, keep the best per question and the top questions, fine-tune, repeat.
 
     Sections: task, model, generation, reward, selection, lora, train, eval, run (see each

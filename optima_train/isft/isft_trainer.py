@@ -1,4 +1,4 @@
-"""`ISFTTrainer`: the iterative SFT loop of Optima (DESIGN.md section 2), resumable by step.
+"""`ISFTTrainer`: the iterative SFT loop of Optima (docs/design.md section 2), resumable by step.
 
 Per iteration `i` (folders in `optima_train.run_dir`):
 

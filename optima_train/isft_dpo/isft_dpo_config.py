@@ -77,7 +77,7 @@ class ISFTDPORunSection(RunSection):
 
 @dataclass
 class ISFTDPOConfig:
-    """iSFT-DPO (DESIGN.md section 2): alternate an iSFT stage and an iDPO stage.
+    """iSFT-DPO (docs/design.md section 2): alternate an iSFT stage and an iDPO stage.
 
     Sections: task, model, generation, selection, sft (iSFT training), search, mcts, pairs, dpo
     (DPO training), reward, lora, eval, cycles, run.

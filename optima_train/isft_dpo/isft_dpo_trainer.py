@@ -1,4 +1,4 @@
-"""`ISFTDPOTrainer`: alternate iSFT and iDPO stages (DESIGN.md section 2), resumable.
+"""`ISFTDPOTrainer`: alternate iSFT and iDPO stages (docs/design.md section 2), resumable.
 
 Each stage is a full run of its own trainer (`ISFTTrainer`, `IDPOTrainer`) in its own folder,
 so it has the same layout, logs, step markers and resume behaviour:

@@ -1,4 +1,4 @@
-"""Readability: each utterance's mean token NLL under a frozen reference LM (DESIGN.md section 2).
+"""Readability: each utterance's mean token NLL under a frozen reference LM (docs/design.md section 2).
 
 **What context an utterance is scored in.** The paper scores the utterance text itself, not the
 dialogue. We do the same, and give its first token something to be predicted from: the input is

@@ -17,7 +17,7 @@ Which configurations, and why:
   logits do, in their last bits, which is enough to flip a temperature-1.0 sample (measured on an
   AVX512-BF16 CPU, where "auto" is bf16). So this engine pins float32 on every machine.
 - server: dtype "auto" with `--enforce-eager` (the default users get: bf16 where the CPU runs it
-  natively, float32 where it is emulated; the fast-starting mode, and the one DESIGN.md suspected
+  natively, float32 where it is emulated; the fast-starting mode, and the one docs/design.md suspected
   of decoding garbage: the parity test keeps checking it).
 
 The HTTP doubles (`StubServer`) are real sockets: a `ThreadingHTTPServer` in a thread answering
