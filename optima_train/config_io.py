@@ -34,6 +34,7 @@ from typing import (
 
 import yaml
 
+from optima_envs.assignments import parse_assignment
 from optima_envs.errors import ConfigError
 
 __all__ = ["ConfigError", "apply_overrides", "config_to_dict", "dump_config", "from_dict", "load_config",
@@ -75,14 +76,8 @@ def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
 
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`"train.learning_rate=1e-4"` -> `(["train", "learning_rate"], "1e-4" read as YAML)`."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"override {text!r} must look like section.field=value (e.g. train.learning_rate=1e-4)")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return [k for k in key.strip().split(".")], value
+    key, value = parse_assignment(text, what="an override (section.field=value)", example="train.learning_rate=1e-4")
+    return key.split("."), value
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:

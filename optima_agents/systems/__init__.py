@@ -16,12 +16,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import yaml
-
 from optima_agents.systems.base import Outcome, Question, Sample, System, SystemContext, heldout_questions
 from optima_agents.systems.debate import MultiAgentDebate
 from optima_agents.systems.dialogue import AutoForm, Dialogue, DialogueVote
 from optima_agents.systems.single import ChainOfThought, NoTalk, SelfConsistency
+from optima_envs.assignments import parse_assignment
 from optima_envs.errors import ConfigError
 from optima_envs.plugins import Registry
 
@@ -90,8 +89,6 @@ def parse_system(spec: str) -> tuple[str, dict[str, Any]]:
     name, _, rest = spec.strip().partition(":")
     settings: dict[str, Any] = {}
     for item in filter(None, (part.strip() for part in rest.split(":"))):
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise ConfigError(f"system {spec!r}: settings are key=value pairs separated by colons, got {item!r}")
-        settings[key.strip()] = yaml.safe_load(value)
+        key, value = parse_assignment(item, what=f"system {spec!r}: a setting (colon-separated)", example="sc:k=4")
+        settings[key] = value
     return name.strip(), settings

@@ -25,16 +25,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from optima_agents.policies.registry import backend_help
-from optima_envs.errors import OptimaError
-
-
-def _value(text: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+from optima_envs.assignments import parse_assignment
+from optima_envs.errors import ConfigError, OptimaError
 
 
 def evaluate(
@@ -73,11 +65,12 @@ def evaluate(
     if split:
         env_kwargs["split"] = split
     for item in env_kwarg:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            err.print(f"[red]error:[/red] --env-kwarg {escape(item)!r} must be key=value")
-            raise typer.Exit(code=2)
-        env_kwargs[key.strip()] = _value(raw)
+        try:
+            key, value = parse_assignment(item, what="--env-kwarg", example="split=validation")
+        except ConfigError as error:
+            err.print(f"[red]error:[/red] {escape(str(error))}")
+            raise typer.Exit(code=2) from None
+        env_kwargs[key] = value
     if max_turns is not None:
         env_kwargs["max_turns"] = max_turns
     options: dict[str, Any] = {}

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from optima_agents.policies.registry import backend_help
+from optima_envs.assignments import parse_assignment
 from optima_envs.errors import ConfigError, OptimaError
 
 
@@ -48,17 +49,14 @@ def _csv(text: str) -> list[str]:
 def _task_sets(items: list[str], tasks: list[str]) -> dict[str, dict[str, Any]]:
     """`--set TASK.option=value` as per-task kwargs; a `$OPTIMA_DATA_DIR/...` value (as recorded
     commands write data folders) is read under this machine's data folder."""
-    import yaml
-
     from optima_train.portable_paths import expand
 
     out: dict[str, dict[str, Any]] = {}
     for item in items:
-        key, eq, value = item.partition("=")
-        task, dot, option = key.strip().rpartition(".")
-        if not eq or not dot or not task or not option:
+        key, parsed = parse_assignment(item, what="--set", example="gsm8k-debate.split=test")
+        task, dot, option = key.rpartition(".")
+        if not dot or not task or not option:
             raise ConfigError(f"--set takes TASK.option=value (e.g. gsm8k-debate.split=test), got {item!r}")
-        parsed = yaml.safe_load(value)
         out.setdefault(task, {})[option] = expand(parsed) if isinstance(parsed, str) else parsed
     return out
 

@@ -78,7 +78,7 @@ class TestConfig:
     def test_missing_file_and_bad_override(self, tmp_path):
         with pytest.raises(ConfigError, match="does not exist"):
             load_config(ISFTConfig, tmp_path / "nope.yaml")
-        with pytest.raises(ConfigError, match=re.escape("must look like section.field=value")):
+        with pytest.raises(ConfigError, match=re.escape("takes key=value (e.g. train.learning_rate=1e-4)")):
             load_config(ISFTConfig, None, ["train.learning_rate"])
 
     @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)

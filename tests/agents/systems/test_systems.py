@@ -77,7 +77,7 @@ class TestRegistry:
         ("nope", "unknown system 'nope'; choose one of ["),
         ("sc:n=4", "system 'sc' has no setting(s) ['n']; its settings: ['k', 'temperature']"),
         ("sc:k=0", "system 'sc': k must be a positive int, got 0"),
-        ("sc:k", "settings are key=value pairs separated by colons, got 'k'"),
+        ("sc:k", "a setting (colon-separated) takes key=value (e.g. sc:k=4), got 'k'"),
         ("mad:temperature=-1", "temperature must be a number >= 0"),
     ])
     def test_bad_specs(self, spec, message):
