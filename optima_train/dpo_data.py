@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, chat_messages
 from optima_agents.mcts import PairExtraction, Tree
+from optima_train.run_dir import atomic_write_parquet
 
 __all__ = ["pair_rows", "pair_statistics", "read_pairs", "to_dpo_dataset", "write_pairs", "write_trees"]
 
@@ -76,13 +77,8 @@ def to_dpo_dataset(rows: Sequence[Mapping[str, Any]], *, only_kept: bool = True)
 
 # ---------------------------------------------------------------------- files
 def write_pairs(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist([dict(r) for r in rows], schema=_pair_schema()), path)
-    return path
+    """The pairs as one Parquet table, written atomically (`atomic_write_parquet`)."""
+    return atomic_write_parquet(path, rows, _pair_schema())
 
 
 def read_pairs(path: str | Path) -> list[dict[str, Any]]:
@@ -93,18 +89,14 @@ def read_pairs(path: str | Path) -> list[dict[str, Any]]:
 
 def write_trees(trees: Sequence[Tree], folder: str | Path) -> dict[str, Path]:
     """`trees.parquet` (nodes) and `rollouts.parquet` in `folder`; components as JSON text."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     nodes = [{**row, "components": json.dumps(row["components"], sort_keys=True)}
              for tree in trees for row in tree.node_rows()]
     rollouts = [{**row, "components": json.dumps(row["components"], sort_keys=True)}
                 for tree in trees for row in tree.rollout_rows()]
     out = {"trees": folder / "trees.parquet", "rollouts": folder / "rollouts.parquet"}
-    pq.write_table(pa.Table.from_pylist(nodes, schema=_node_schema()), out["trees"])
-    pq.write_table(pa.Table.from_pylist(rollouts, schema=_rollout_schema()), out["rollouts"])
+    atomic_write_parquet(out["trees"], nodes, _node_schema())
+    atomic_write_parquet(out["rollouts"], rollouts, _rollout_schema())
     return out
 
 

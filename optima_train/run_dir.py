@@ -42,7 +42,7 @@ import yaml
 from optima_envs.errors import ConfigError, OptimaError
 
 __all__ = ["ISFT_STEPS", "RunDir", "RunLockedError", "atomic_dir", "atomic_write_bytes", "atomic_write_json",
-           "atomic_write_text", "read_json"]
+           "atomic_write_parquet", "atomic_write_text", "read_json"]
 
 ISFT_STEPS = ("generation", "scoring", "selection", "training", "evaluation")
 DONE = "DONE.json"
@@ -75,6 +75,18 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 def atomic_write_json(path: str | Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def atomic_write_parquet(path: str | Path, rows: Sequence[Mapping[str, Any]], schema: Any) -> Path:
+    """Write `rows` as one Parquet table of `schema` (a pyarrow schema) atomically: a reader sees
+    the old file or the whole new one, never a part (the table is built in memory first)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist([dict(r) for r in rows], schema=schema), sink)
+    atomic_write_bytes(path, sink.getvalue().to_pybytes())
+    return Path(path)
 
 
 def read_json(path: str | Path) -> Any:

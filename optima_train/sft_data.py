@@ -25,13 +25,13 @@ and for use with other trainers.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, chat_messages
 from optima_envs.errors import OptimaError
+from optima_train.run_dir import atomic_write_parquet
 
 __all__ = ["SFTExample", "TemplateMaskError", "agent_view", "assistant_mask", "build_sft_examples",
            "keep_start", "plain_system_prompts", "write_sft_dataset"]
@@ -170,15 +170,11 @@ def write_sft_dataset(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> No
 
     `datasets.Dataset.from_parquet(path)` reads it back; an empty list writes an empty table."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("assistant_masks", pa.list_(pa.int8())),
                         ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
                         ("agent", pa.string()), ("episode_id", pa.string()), ("instance_id", pa.string())])
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(pa.Table.from_pylist(list(rows), schema=schema), tmp)
-    os.replace(tmp, path)
+    atomic_write_parquet(path, rows, schema)
 
 
 def keep_start(example: Mapping[str, Sequence[int]], max_length: int) -> dict[str, list[int]]:

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ import pyarrow as pa
 
 from optima_envs.errors import OptimaError
 from optima_train.buffers.schema import EPISODE_SCHEMA
+from optima_train.run_dir import atomic_write_text
 
 __all__ = ["MANIFEST_NAME", "REJECTED_DIR", "BufferCorruptError", "BufferWarning", "PartEntry", "add_part",
            "check_columns", "file_digest", "read_manifest", "write_manifest"]
@@ -121,15 +120,7 @@ def write_manifest(folder: Path, entries: list[PartEntry]) -> None:
     """Replace the manifest atomically (temp file, fsync, rename)."""
     parts = [asdict(e) for e in entries]
     data = {"format": _FORMAT, "version": _VERSION, "parts": parts, "sha256": _entries_digest(parts)}
-    fd, tmp = tempfile.mkstemp(prefix=f"{MANIFEST_NAME}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, folder / MANIFEST_NAME)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    atomic_write_text(folder / MANIFEST_NAME, json.dumps(data, indent=1))
 
 
 def add_part(folder: Path, entry: PartEntry) -> None:

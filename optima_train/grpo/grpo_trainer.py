@@ -73,6 +73,7 @@ import transformers
 
 from optima_train.grpo.grpo_config import GRPOConfig
 from optima_train.loop import IterativeTrainer
+from optima_train.run_dir import atomic_write_parquet
 from optima_train.sampled_dialogues import (
     EPISODES,
     SampledDialogues,
@@ -541,14 +542,9 @@ class GRPOTrainer(SampledDialogues, IterativeTrainer):
 
 def _write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """The training batch as one Parquet file (for inspection), written atomically."""
-    import os
-
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.int8())),
                         ("old_logprobs", pa.list_(pa.float32())), ("advantage", pa.float64()),
                         ("agent", pa.string()), ("episode", pa.int64()), ("cut", pa.bool_())])
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(pa.Table.from_pylist(list(rows), schema=schema), tmp)
-    os.replace(tmp, path)
+    atomic_write_parquet(path, rows, schema)
