@@ -21,12 +21,12 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from optima_agents.policies.registry import backend_help
 from optima_envs.assignments import parse_assignment
-from optima_envs.errors import ConfigError, OptimaError
+from optima_envs.errors import OptimaError
+from optima_train.cli.errors import FAILED, fail, reported
 
 
 def evaluate(
@@ -60,16 +60,12 @@ def evaluate(
     from optima_train.portable_paths import portable_json
     from optima_train.run_dir import atomic_write_json
 
-    err = Console(stderr=True, soft_wrap=True)
     env_kwargs: dict[str, Any] = {}
     if split:
         env_kwargs["split"] = split
     for item in env_kwarg:
-        try:
+        with reported():
             key, value = parse_assignment(item, what="--env-kwarg", example="split=validation")
-        except ConfigError as error:
-            err.print(f"[red]error:[/red] {escape(str(error))}")
-            raise typer.Exit(code=2) from None
         env_kwargs[key] = value
     if max_turns is not None:
         env_kwargs["max_turns"] = max_turns
@@ -96,8 +92,7 @@ def evaluate(
                              max_new_tokens=max_new_tokens, format_instruction=options.get("format_instruction"),
                              progress=progress)
     except (OptimaError, ValueError) as error:
-        err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
-        raise typer.Exit(code=1) from None
+        fail(error)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model.strip("/").replace("/", "_"))[-80:]
     output = output or Path("runs") / "eval" / f"{env_id}-{split or 'default'}-{slug}.json"
     data = {**result.to_dict(), "options": options, "first_index": first_index, "seed": seed, "backend": backend}
@@ -116,8 +111,7 @@ def evaluate(
     table.add_row("written to", str(output))
     Console(soft_wrap=True).print(table)
     if result.score.n == 0:
-        err.print(f"[red]error:[/red] {escape(_nothing_scored(records))}", highlight=False)
-        raise typer.Exit(code=1)
+        fail(_nothing_scored(records), code=FAILED)
 
 
 def _diagnostic_rows(found: dict[str, Any]) -> list[tuple[str, str]]:

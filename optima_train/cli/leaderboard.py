@@ -27,6 +27,7 @@ from rich.markup import escape
 from optima_agents.policies.registry import backend_help
 from optima_envs.assignments import parse_assignment
 from optima_envs.errors import ConfigError, OptimaError
+from optima_train.cli.errors import fail
 
 
 #: Environment variables that change which data a cell plays, so the command that made it names them.
@@ -122,12 +123,8 @@ def leaderboard(
             return
         imported = _import(external, out, config.env_kwargs)  # a bad file is refused before any model runs
         run = run_leaderboard(config, log=lambda line: err.print(escape(line), highlight=False))
-    except ValueError as error:
-        err.print(f"[red]error:[/red] {escape(str(error))}")
-        raise typer.Exit(2) from None
-    except OptimaError as error:
-        err.print(f"[red]error:[/red] {escape(str(error))}")
-        raise typer.Exit(2) from None
+    except (OptimaError, ValueError) as error:
+        fail(error)
     if rescore:  # the rows keep the commands that computed them
         paths = write_reports([], out, every_task=True)
         console.print(f"[bold]cells[/]: {len(run.rescored)} of {len(run.cached)} cached re-scored with a changed "

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from optima_agents.policies.registry import backend_help
 from optima_envs.errors import OptimaError
+from optima_train.cli.errors import fail
 
 
 def rollout(
@@ -66,9 +67,8 @@ def rollout(
             batch_size=batch_size, dtype=dtype, format_instruction=format_instruction, progress=progress,
             policy_kwargs=_drop_none(num_threads=threads), scheduling=scheduling, max_inflight=max_inflight,
         )
-    except (OptimaError, ValueError) as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(code=1) from None
+    except (OptimaError, ValueError) as error:
+        fail(error)
     for record in records[:show]:
         print_transcript(console, record)
     console.print(summary_table(records, stats, title=f"{env_id} with {model} ({backend})"))

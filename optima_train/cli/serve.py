@@ -27,6 +27,7 @@ from rich.markup import escape
 
 from optima_agents.server_pool import Replica, ReplicaPool, ReplicaPoolConfig
 from optima_envs.errors import OptimaError
+from optima_train.cli.errors import exit_code, fail, print_error
 
 _WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 
@@ -78,9 +79,8 @@ def serve(
             extra_args=tuple(vllm_args or ()),
         )
         pool = ReplicaPool(config)
-    except (OptimaError, ValueError) as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(code=1) from None
+    except (OptimaError, ValueError) as error:
+        fail(error)
     if dry_run:
         for replica in pool.replicas:
             typer.echo(f"# replica {replica.index}: {_public(replica.base_url, host)}  log {replica.server.log_path}")
@@ -109,9 +109,9 @@ def _run(pool: ReplicaPool, config: ReplicaPoolConfig, err: Console, json_output
         emit("stopped", {"reason": "terminated", "replicas": pool.status()})
         return exc.code if isinstance(exc.code, int) else 1
     except OptimaError as exc:  # a failed start or every replica gone; the pool has stopped them all
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        print_error(str(exc))
         emit("stopped", {"reason": "error", "error": str(exc), "replicas": pool.status()})
-        return 1
+        return exit_code(exc)
     return 0
 
 

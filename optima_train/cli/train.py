@@ -31,11 +31,7 @@ from rich.markup import escape
 
 from optima_envs.errors import ConfigError, OptimaError
 from optima_train.algorithms import AlgorithmSpec, algorithm, algorithm_names
-
-
-def _fail(message: str, code: int = 2) -> None:
-    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(message)}", highlight=False)
-    raise typer.Exit(code=code)
+from optima_train.cli.errors import REFUSED, fail
 
 
 def config_help(cls: type) -> str:
@@ -69,24 +65,24 @@ def _plan(config_cls: type, config: Path | None, overrides: list[str], extra: di
     from optima_train.plan_report import build_report
 
     if gpu_type not in GPUS:
-        _fail(f"--gpu-type {gpu_type!r} is not one of {sorted(GPUS)}")
+        fail(f"--gpu-type {gpu_type!r} is not one of {sorted(GPUS)}")
     if prompt_tokens < 1:
-        _fail(f"--prompt-tokens must be >= 1, got {prompt_tokens}")
+        fail(f"--prompt-tokens must be >= 1, got {prompt_tokens}")
     try:
         cfg = load_config(config_cls, config, overrides, extra=extra)
         report = build_report(cfg, command=command, gpu=GPUS[gpu_type], model_size=model_size,
                               prompt_tokens=prompt_tokens)
     except ConfigError as error:
-        _fail(str(error))
+        fail(error)
     print(report.text(), end="")
     if report.problems:
-        raise typer.Exit(code=2)
+        raise typer.Exit(code=REFUSED)
 
 
 def _train(config_cls: type, trainer_cls: type, config: Path | None, overrides: list[str],
            extra: dict[str, Any], print_config: bool, help_config: bool) -> None:
-    """Parse, check resources, train. Exit codes: 2 for a bad config or a missing resource, 1 for a
-    failure during training."""
+    """Parse, check resources, train; a bad config or a missing resource is refused (exit 2)
+    before any model loads (`optima_train.cli.errors`)."""
     from optima_train.config_io import dump_config, load_config
 
     if help_config:
@@ -95,23 +91,23 @@ def _train(config_cls: type, trainer_cls: type, config: Path | None, overrides: 
     try:
         cfg = load_config(config_cls, config, overrides, extra=extra)
     except ConfigError as error:
-        _fail(str(error))
+        fail(error)
     trainer = trainer_cls(cfg)
     if print_config:  # only a config whose env and data exist is worth printing
         try:
             trainer.check_data()
-        except (ConfigError, OptimaError) as error:
-            _fail(str(error))
+        except OptimaError as error:
+            fail(error)
         print(dump_config(cfg), end="")
         return
-    try:  # missing data or models: exit 2, before any model loads
+    try:  # missing data or models: refused before any model loads
         trainer.check_resources()
-    except (ConfigError, OptimaError) as error:
-        _fail(str(error))
+    except OptimaError as error:
+        fail(error)
     try:
         rows = trainer.train()
-    except (ConfigError, OptimaError) as error:
-        _fail(str(error), code=1)
+    except OptimaError as error:
+        fail(error)
     Console(soft_wrap=True).print(f"[bold]done[/]: {len(rows)} iteration(s) in {cfg.run.output_dir} "
                                   f"(summary.json, tensorboard/)")
 
@@ -154,7 +150,7 @@ def algorithm_command(spec: AlgorithmSpec) -> Callable[..., None]:
         try:
             config_cls, trainer_cls = spec.load()
         except (ConfigError, ImportError) as error:
-            _fail(f"algorithm {spec.name!r} cannot be loaded: {error}")
+            fail(f"algorithm {spec.name!r} cannot be loaded: {error}")
         extra = _run_extra(output_dir, progress, **{section: {key: count}})
         if plan:
             shown = " ".join([f"optima train {spec.name}", *([f"--config {config}"] if config else []),
@@ -170,7 +166,7 @@ def algorithm_command(spec: AlgorithmSpec) -> Callable[..., None]:
 def _broken_command(name: str, error: Exception) -> Callable[..., None]:
     """A command for an installed algorithm that fails to load: it says why, and the others work."""
     def command() -> None:
-        _fail(str(error))
+        fail(str(error))
 
     command.__doc__ = f"(cannot be loaded: {error})"
     return command

@@ -313,10 +313,10 @@ class TestRolloutCommand:
 
         base = ["rollout", "--env", "synth-hop-ia", "--out", str(tmp_path / "buf")]
         result = CliRunner().invoke(app, [*base, "--scheduling", "eager"])
-        assert result.exit_code == 1
+        assert result.exit_code == 2
         assert "--scheduling must be one of ['auto', 'lock-step', 'continuous'], got 'eager'" in result.output
         result = CliRunner().invoke(app, [*base, "--backend", "hf", "--scheduling", "continuous"])
-        assert result.exit_code == 1 and "--scheduling continuous needs a backend that takes requests one at a time" \
+        assert result.exit_code == 2 and "--scheduling continuous needs a backend that takes requests one at a time" \
             in result.output
 
 

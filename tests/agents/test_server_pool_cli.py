@@ -53,14 +53,14 @@ class TestServeArguments:
         (("--", "--port", "9000"), "error: extra_args sets --port, which the pool sets for every replica; use "
                                    "port_base instead"),
     ])
-    def test_bad_values_exit_1_with_the_reason(self, model_dir, fake_pool, args, message):
+    def test_bad_values_are_refused_with_the_reason(self, model_dir, fake_pool, args, message):
         result = invoke("--model", model_dir, *args)
-        assert result.exit_code == 1 and message in result.stderr, result.output
+        assert result.exit_code == 2 and message in result.stderr, result.output
         assert "Traceback" not in result.output and fake_pool.built == []
 
-    def test_an_unknown_model_is_an_error(self):
+    def test_an_unknown_model_is_refused(self):
         result = invoke("--model", "no-such-model-xyz", "--dry-run")
-        assert result.exit_code == 1 and "error: " in result.stderr and "no-such-model-xyz" in result.stderr
+        assert result.exit_code == 2 and "error: " in result.stderr and "no-such-model-xyz" in result.stderr
 
     def test_a_vllm_option_without_the_separator_is_a_usage_error(self, model_dir):
         result = invoke("--model", model_dir, "--max-model-len", "512")

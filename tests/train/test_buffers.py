@@ -332,9 +332,9 @@ class TestRolloutCli:
     def test_errors_are_one_clear_line(self, tmp_path):
         runner = CliRunner()
         result = runner.invoke(app, ["rollout", "--env", "synth-hop-ia", "--backend", "openai", "--out", str(tmp_path)])
-        assert result.exit_code == 1 and "needs at least one --base-url" in result.output
+        assert result.exit_code == 2 and "needs at least one --base-url" in result.output
         result = runner.invoke(app, ["rollout", "--env", "nope-ia", "--out", str(tmp_path)])
-        assert result.exit_code == 1 and "no env named 'nope-ia'" in result.output
+        assert result.exit_code == 2 and "no env named 'nope-ia'" in result.output
 
     def test_finished_episodes_are_written_when_the_policy_fails(self, tmp_path, monkeypatch):
         from optima_agents import policies

@@ -191,7 +191,7 @@ class TestCli:
 
         result = CliRunner().invoke(app, ["eval", "--model", "smollm2-135m", "--env", "nope-ia", "-o",
                                           str(tmp_path / "x.json")])
-        assert result.exit_code == 1 and "no env named 'nope-ia'" in result.output
+        assert result.exit_code == 2 and "no env named 'nope-ia'" in result.output
 
 
 # ---------------------------------------------------------------------------------- run dir

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from optima_agents.models.cli import models_app
+from optima_train.cli.models import models_app
 
 runner = CliRunner()
 
@@ -25,8 +25,8 @@ class TestModelsCli:
         result = runner.invoke(models_app, ["list"], env={"COLUMNS": "200"})
         assert "tiny-test" in result.output and "yes" in result.output
 
-    def test_pull_unknown_name_fails_cleanly(self) -> None:
+    def test_pull_unknown_name_is_refused_cleanly(self) -> None:
         result = runner.invoke(models_app, ["pull", "smolm2"])
-        assert result.exit_code == 1
+        assert result.exit_code == 2
         assert "error: Unknown model 'smolm2'" in result.stderr and "Did you mean 'smollm2-135m'?" in result.stderr
         assert "Traceback" not in result.output

@@ -1,8 +1,7 @@
 """`optima models ...`: pull registry models and list what is cached.
 
 A typer sub-application; the main CLI mounts it with `app.add_typer(models_app, name="models")`.
-Errors we raise on purpose (`OptimaError`) are printed as one red message and exit code 1,
-without a traceback: they already say what to do.
+An unknown name is refused (exit 2), a failed download or check fails (exit 1): `optima_train.cli.errors`.
 """
 
 from __future__ import annotations
@@ -11,13 +10,13 @@ import sys
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from optima_agents.models.cache import list_models, models_root
 from optima_agents.models.pull import pull_model
 from optima_agents.models.registry import MODEL_REGISTRY
 from optima_envs.errors import OptimaError
+from optima_train.cli.errors import reported
 
 __all__ = ["models_app"]
 
@@ -28,21 +27,14 @@ models_app = typer.Typer(
 )
 
 
-def _fail(exc: OptimaError) -> typer.Exit:
-    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(str(exc))}", markup=True, highlight=False)
-    return typer.Exit(code=1)
-
-
 @models_app.command("pull")
 def pull_cmd(
     name: str = typer.Argument(..., help="Registry name, e.g. smollm2-135m (see `optima models list`)."),
     force: bool = typer.Option(False, "--force", help="Download and convert again even if a verified copy exists."),
 ) -> None:
     """Download, convert and verify a registry model into $OPTIMA_HOME/models/NAME."""
-    try:
+    with reported(OptimaError):
         path = pull_model(name, force=force, progress=True)
-    except OptimaError as exc:
-        raise _fail(exc) from None
     print(path)  # stdout carries only the path, so `$(optima models pull X)` works in scripts
 
 
