@@ -65,13 +65,13 @@ def split_scores(outcomes: Iterable[Mapping[str, Any]], places: Mapping[int, str
 def heldout_places(description: Mapping[str, Any]) -> dict[int, str]:
     """Position -> answer place, for a cell's recorded held-out set (its data read from the files
     the cell recorded: `recorded_env_kwargs`)."""
-    from optima_agents.systems.base import heldout_questions
+    from optima_agents.heldout import HeldOut
     from optima_train.leaderboard.cells import recorded_env_kwargs
 
     heldout = description["heldout"]
     kwargs = recorded_env_kwargs(description)
-    questions = heldout_questions(heldout["env_id"], kwargs, count=heldout["count"], seed=heldout["seed"],
-                                  first_index=heldout["first_index"])
+    questions = HeldOut(heldout["env_id"], kwargs, heldout["count"], heldout["seed"],
+                        heldout["first_index"]).questions()
     return {q.position: answer_place(q.instance.question, q.instance.gold, q.evidence[0]) for q in questions}
 
 

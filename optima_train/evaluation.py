@@ -14,9 +14,9 @@ per-dialogue scores are bounded and usually bimodal (F1 mostly 0 or 1) and token
 skewed; the bootstrap assumes no shape, and with the usual n >= 200 it agrees with a t-interval
 where that one is valid.
 
-**The held-out set** is the same for every model: episode i has reset seed `seed + i` and
-instance index `first_index + i`, so every checkpoint meets the same questions and the same
-evidence deals.
+**The held-out set** is the same for every model (`optima_agents.heldout.HeldOut`): episode i
+has reset seed `seed + i` and instance index `first_index + i`, so every checkpoint meets the
+same questions and the same evidence deals, and the leaderboard's cells play them too.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["EvalResult", "Interval", "bootstrap_interval", "build_policy", "eval_specs", "evaluate", "summarize"]
+from optima_agents.heldout import HELDOUT_SEED, HeldOut
+
+__all__ = ["EvalResult", "Interval", "bootstrap_interval", "build_policy", "evaluate", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -107,14 +109,8 @@ def build_policy(backend: str, model: str, sampling: Any, *, dtype: str | None =
                        **dict(backend_kwargs or {}))
 
 
-def eval_specs(episodes: int, *, seed: int = 0, first_index: int = 0, options: Mapping[str, Any] | None = None) -> list:
-    from optima_agents.rollout import EpisodeSpec
-
-    return [EpisodeSpec(seed=seed + i, index=first_index + i, options=dict(options or {})) for i in range(episodes)]
-
-
 def evaluate(policy: Any, env_id: str, *, env_kwargs: Mapping[str, Any] | None = None, episodes: int = 200,
-             first_index: int = 0, seed: int = 0, options: Mapping[str, Any] | None = None,
+             first_index: int = 0, seed: int = HELDOUT_SEED, options: Mapping[str, Any] | None = None,
              max_live: int | None = None, progress: bool = True, model_name: str | None = None,
              ) -> tuple[EvalResult, list[Any]]:
     """Play `episodes` held-out dialogues with `policy` (a Policy, or a model name / folder for a
@@ -136,7 +132,7 @@ def evaluate(policy: Any, env_id: str, *, env_kwargs: Mapping[str, Any] | None =
         model_name = model_name or policy
         policy = build_policy("hf", policy, SamplingParams(temperature=0.0))
     engine = RolloutEngine(env_id, policy, env_kwargs=dict(env_kwargs or {}), max_live=max_live, progress=progress)
-    records = engine.run(eval_specs(episodes, seed=seed, first_index=first_index, options=options))
+    records = engine.run(HeldOut(env_id, dict(env_kwargs or {}), episodes, seed, first_index).specs(options))
     identity = policy.identity()
     result = summarize(records, env_id=env_id, env_kwargs=env_kwargs, model=model_name or str(identity.get("model", "")),
                        sampling=identity.get("sampling", {}))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from optima_agents.systems.base import Outcome, Question, Sample, System, SystemContext, heldout_questions
+from optima_agents.systems.base import Outcome, Question, Sample, System, SystemContext
 from optima_agents.systems.debate import MultiAgentDebate
 from optima_agents.systems.dialogue import AutoForm, Dialogue, DialogueVote
 from optima_agents.systems.single import ChainOfThought, NoTalk, SelfConsistency
@@ -25,7 +25,7 @@ from optima_envs.errors import ConfigError
 from optima_envs.plugins import Registry
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "SYSTEMS", "Outcome", "Question", "Sample", "System", "SystemContext", "heldout_questions",
+    "ENTRY_POINT_GROUP", "SYSTEMS", "Outcome", "Question", "Sample", "System", "SystemContext",
     "list_systems", "make_system", "parse_system", "register_system",
 ]
 

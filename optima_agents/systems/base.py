@@ -28,7 +28,7 @@ from optima_envs.scoring.result import score_response
 
 __all__ = [
     "SOLO_INSTRUCTION", "SOLO_SYSTEM", "Outcome", "Question", "Sample", "System", "SystemContext", "answer_prompt",
-    "as_outcome", "best_of", "chosen_outcome", "heldout_questions", "majority", "prefix_vote", "reply_tokens", "sample_of", "solo_observation",
+    "as_outcome", "best_of", "chosen_outcome", "majority", "prefix_vote", "reply_tokens", "sample_of", "solo_observation",
     "vote_key",
 ]
 
@@ -174,22 +174,6 @@ class System:
 
     def with_settings(self, **settings: Any) -> "System":
         return replace(self, **settings)  # type: ignore[type-var]
-
-
-def heldout_questions(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *, count: int, seed: int = 0,
-                      first_index: int = 0) -> list[Question]:
-    """The held-out set: question i is instance `first_index + i` with the evidence dealt by
-    reset seed `seed + i` (the same episodes `optima_train.evaluation.evaluate` plays)."""
-    import optima_envs
-
-    env = optima_envs.make(env_id, **dict(env_kwargs or {}))
-    questions = []
-    for i in range(count):
-        env.reset(seed=seed + i, options={"index": first_index + i})
-        state = env.state
-        questions.append(Question(position=i, seed=seed + i, index=first_index + i, instance=state.instance,
-                                  evidence=state.evidence))
-    return questions
 
 
 def answer_prompt(instance: TaskInstance, evidence: Sequence[Evidence], answer_format: str) -> str:

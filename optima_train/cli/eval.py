@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from optima_agents.heldout import HELDOUT_SEED
 from optima_agents.policies.registry import backend_help
 from optima_envs.assignments import parse_assignment
 from optima_envs.errors import OptimaError
@@ -36,7 +37,7 @@ def evaluate(
     split: str | None = typer.Option("validation", "--split", help="Task split option ('' to leave it unset)."),
     env_kwarg: list[str] = typer.Option([], "--env-kwarg", help="Extra env option key=value (repeatable)."),
     first_index: int = typer.Option(0, "--first-index", min=0, help="Index of the first held-out instance."),
-    seed: int = typer.Option(1_000_000, "--seed", help="Reset seed of episode 0 (episode i: seed+i); the "
+    seed: int = typer.Option(HELDOUT_SEED, "--seed", help="Reset seed of episode 0 (episode i: seed+i); the "
                                                          "default matches `optima train isft`'s evaluations."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1),
     max_turns: int | None = typer.Option(None, "--max-turns", help="Turn limit (task default: 10)."),

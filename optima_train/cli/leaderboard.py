@@ -24,6 +24,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from optima_agents.heldout import HELDOUT_SEED
 from optima_agents.policies.registry import backend_help
 from optima_envs.assignments import parse_assignment
 from optima_envs.errors import ConfigError, OptimaError
@@ -73,7 +74,7 @@ def leaderboard(
     dtype: str = typer.Option("auto", "--dtype", help="Model dtype (hf/vllm); auto: bf16 where the hardware "
                               "runs it natively, else float32."),
     questions: int = typer.Option(200, "--questions", min=1, help="Held-out questions per task."),
-    seed: int = typer.Option(1_000_000, "--seed", help="Reset seed of question 0 (question i: seed+i)."),
+    seed: int = typer.Option(HELDOUT_SEED, "--seed", help="Reset seed of question 0 (question i: seed+i)."),
     first_index: int = typer.Option(0, "--first-index", min=0, help="Index of the first held-out instance."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1, help="Longest reply, in tokens."),
     max_turns: int | None = typer.Option(None, "--max-turns", min=1, help="Dialogue turn limit (task default)."),

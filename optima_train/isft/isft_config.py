@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from optima_agents.heldout import HELDOUT_SEED
 from optima_envs.errors import ConfigError
 from optima_train.config_base import (
     SCHEDULING_KEYS,
@@ -250,7 +251,7 @@ class EvalSection:
     baseline: bool = field(default=True, metadata=_help("Also evaluate the starting model before iteration 0."))
     max_new_tokens: int | None = field(default=None, metadata=_help("Per-utterance limit (None: generation's)."))
     every: int = field(default=1, metadata=_help("Evaluate after every this many iterations (the last always)."))
-    seed: int = field(default=1_000_000, metadata=_help(
+    seed: int = field(default=HELDOUT_SEED, metadata=_help(
         "Reset seed of held-out dialogue 0 (dialogue i: seed+i), which deals its evidence. Independent of "
         "run.seed, so runs with different seeds, every stage of a run and the leaderboard (same default) play "
         "the same held-out dialogues."))

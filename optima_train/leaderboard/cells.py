@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from optima_agents.heldout import HeldOut
 from optima_agents.systems import Outcome, System
+from optima_envs.data.identity import content_digest, side_folder
 from optima_train.evaluation import Interval, bootstrap_interval
 from optima_train.portable_paths import Roots, expand, portable
 from optima_train.run_dir import atomic_write_json
 
 __all__ = [
     "IDENTITY_FIELDS", "LOCATION_KWARGS", "Cell", "CellResult", "HeldOut", "ModelSpec", "Partial", "append_partial",
-    "cell_path", "content_digest", "data_identity", "heldout_identity", "identity_key", "model_identity", "read_cell",
+    "cell_path", "describe_heldout", "heldout_identity", "heldout_locations", "identity_key", "model_identity", "read_cell",
     "read_partial", "recorded_env_kwargs", "rewrite_cell", "store_cell", "summarize_outcomes", "system_spec", "write_cell",
 ]
 
@@ -37,53 +39,25 @@ IDENTITY_FIELDS = ("system", "settings", "model", "heldout", "max_new_tokens", "
 LOCATION_KWARGS = ("data_dir", "data_files", "evidence_dir")
 
 
-@dataclass(frozen=True)
-class HeldOut:
-    """A task's held-out set: `count` questions from `first_index`, evidence dealt by `seed + i`."""
+def describe_heldout(heldout: HeldOut) -> dict[str, Any]:
+    """What identifies a held-out set's questions in a cell's key: the env and its options, and
+    the content of the data it reads rather than where the data is (see `heldout_identity`)."""
+    import optima_envs
 
-    env_id: str
-    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    count: int = 200
-    seed: int = 0
-    first_index: int = 0
-
-    def describe(self) -> dict[str, Any]:
-        """What identifies the questions: the env and its options, and the content of the data it
-        reads rather than where the data is (see `heldout_identity`)."""
-        import optima_envs
-
-        recorded = {"env_id": self.env_id, "env_version": optima_envs.spec(self.env_id).version,
-                    "env_kwargs": {k: str(v) for k, v in sorted(self.env_kwargs.items())},
-                    "count": self.count, "seed": self.seed, "first_index": self.first_index}
-        return heldout_identity(recorded, self.data[0])
-
-    def locations(self, roots: Roots | None = None) -> dict[str, Any]:
-        """Where the task's data was read from, as a result records it (`portable`): its local
-        files (`data`) and the folder of its per-question side files (`evidence`), if any."""
-        out: dict[str, Any] = {"data": [portable(path, roots) for path in self.data[1]]}
-        side = _side_folder(self._source)
-        if side is not None:
-            out["evidence"] = portable(side, roots)
-        return {k: v for k, v in out.items() if v}
-
-    @functools.cached_property
-    def _source(self) -> Any:
-        import optima_envs
-
-        env = optima_envs.make(self.env_id, **dict(self.env_kwargs))
-        task = getattr(getattr(env, "unwrapped", env), "task", None)
-        return getattr(task, "source", None)  # None: no data set to key (`data_identity`)
-
-    @functools.cached_property
-    def data(self) -> tuple[dict[str, Any] | None, tuple[Path, ...]]:
-        """What identifies the task's data, and the local files it reads (`data_identity`); read once."""
-        return data_identity(self._source)
+    recorded = {"env_id": heldout.env_id, "env_version": optima_envs.spec(heldout.env_id).version,
+                "env_kwargs": {k: str(v) for k, v in sorted(heldout.env_kwargs.items())},
+                "count": heldout.count, "seed": heldout.seed, "first_index": heldout.first_index}
+    return heldout_identity(recorded, heldout.data[0])
 
 
-def _side_folder(source: Any) -> Path | None:
-    """The folder a source reads per question beside its data files (TriviaQA's evidence), if it exists."""
-    side = getattr(source, "evidence_dir", None)
-    return side if isinstance(side, Path) and side.is_dir() else None
+def heldout_locations(heldout: HeldOut, roots: Roots | None = None) -> dict[str, Any]:
+    """Where a held-out set's data was read from, as a result records it (`portable`): its local
+    files (`data`) and the folder of its per-question side files (`evidence`), if any."""
+    out: dict[str, Any] = {"data": [portable(path, roots) for path in heldout.data[1]]}
+    side = side_folder(heldout.source)
+    if side is not None:
+        out["evidence"] = portable(side, roots)
+    return {k: v for k, v in out.items() if v}
 
 
 def heldout_identity(recorded: Mapping[str, Any], data: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -95,31 +69,6 @@ def heldout_identity(recorded: Mapping[str, Any], data: Mapping[str, Any] | None
     if data is not None:
         out["data"] = dict(data)
     return out
-
-
-def data_identity(source: Any) -> tuple[dict[str, Any] | None, tuple[Path, ...]]:
-    """What identifies the data a task's source reads, and the local files it reads.
-
-    Local files are keyed by their sizes and content digests in the order the source reads them
-    (which instance an index picks), not by their names or folder: the same files anywhere, named
-    by `data_dir`, `data_files` or `$OPTIMA_DATA_DIR`, are one data set. A side folder the source
-    reads per question (TriviaQA's evidence) adds each file's path inside it, size and digest. A
-    hub dataset is its id, config and split. A task that generates its questions: (None, ())."""
-    from optima_envs.data.common import DatasetSource
-
-    if not isinstance(source, DatasetSource):
-        return None, ()
-    if source.files is None:
-        return {"hub": [source.hub_id, source.hub_config(), source.hub_split()]}, ()
-    entries: list[Any] = [(p.stat().st_size, content_digest(p)) for p in source.files]
-    identity: dict[str, Any] = {"files": len(entries)}
-    side = _side_folder(source)
-    if side is not None:
-        found = sorted(p for p in side.rglob("*") if p.is_file())
-        entries.append([(p.relative_to(side).as_posix(), p.stat().st_size, content_digest(p)) for p in found])
-        identity["side_files"] = len(found)
-    identity["sha256"] = hashlib.sha256(json.dumps(entries).encode("utf-8")).hexdigest()
-    return identity, tuple(source.files)
 
 
 def recorded_env_kwargs(description: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,22 +86,6 @@ def recorded_env_kwargs(description: Mapping[str, Any]) -> dict[str, Any]:
         if locations.get("evidence"):
             kwargs["evidence_dir"] = expand(locations["evidence"])
     return {k: expand(v) if k in LOCATION_KWARGS and isinstance(v, str) else v for k, v in kwargs.items()}
-
-
-def content_digest(path: Path) -> str:
-    """sha256 of a file's bytes, read once per process for each (file, size, modification time):
-    a board of many cells on one model reads its weights once."""
-    stat = path.stat()
-    return _digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=None)
-def _digest(path: str, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -237,7 +170,7 @@ class Cell:
     def identity(self) -> dict[str, Any]:
         """Everything that changes the cell's result; computed once (it stats the weight files)."""
         identity = {"system": self.system.name, "settings": self.system.settings(),
-                    "model": self.model.fingerprint(), "heldout": self.heldout.describe(),
+                    "model": self.model.fingerprint(), "heldout": describe_heldout(self.heldout),
                     "max_new_tokens": self.max_new_tokens}
         if self.ablation is not None:
             identity["ablation"] = self.ablation
@@ -255,7 +188,7 @@ class Cell:
     def locations(self, roots: Roots | None = None) -> dict[str, Any]:
         """Where the cell's model folder and data files were read from, as a result records them:
         for the reader and for rebuilding its questions, never part of the key."""
-        out: dict[str, Any] = {"model": self.model.location(roots), **self.heldout.locations(roots)}
+        out: dict[str, Any] = {"model": self.model.location(roots), **heldout_locations(self.heldout, roots)}
         return {k: v for k, v in out.items() if v}
 
     def path(self, root: Path) -> Path:

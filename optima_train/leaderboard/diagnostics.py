@@ -57,7 +57,7 @@ def heldout_places(heldout: Mapping[str, Any],
 @functools.lru_cache(maxsize=None)
 def _places(key: str) -> dict[int, str | None] | None:
     import optima_envs
-    from optima_agents.systems import heldout_questions
+    from optima_agents.heldout import HeldOut
     from optima_envs.core.places import answer_place
     from optima_envs.errors import OptimaError
 
@@ -65,8 +65,8 @@ def _places(key: str) -> dict[int, str | None] | None:
     heldout = recorded["heldout"]
     try:
         kwargs = recorded_env_kwargs(recorded)
-        questions = heldout_questions(heldout["env_id"], kwargs, count=heldout["count"], seed=heldout["seed"],
-                                      first_index=heldout["first_index"])
+        questions = HeldOut(heldout["env_id"], kwargs, heldout["count"], heldout["seed"],
+                            heldout["first_index"]).questions()
         task = optima_envs.make(heldout["env_id"], **kwargs).task
     except (OptimaError, OSError):
         return None
@@ -89,11 +89,12 @@ def diagnose(env_id: str, env_kwargs: Mapping[str, Any], policy: Any, records: S
     the no-talk ceiling (`solo` with the same policy), both message ablations of the same
     questions with `comm_gain`, and the score split by answer place. Plays 3 more runs of the
     questions (solo, swap, remove); returns plain data."""
-    from optima_agents.systems import SystemContext, heldout_questions, make_system
+    from optima_agents.heldout import HeldOut
+    from optima_agents.systems import SystemContext, make_system
     from optima_agents.systems.ablation import ABLATION_MODES, MessageAblation, swap_donors
     from optima_agents.systems.dialogue import dialogue_outcome
 
-    questions = heldout_questions(env_id, env_kwargs, count=len(records), seed=seed, first_index=first_index)
+    questions = HeldOut(env_id, env_kwargs, len(records), seed, first_index).questions()
     base = [dialogue_outcome(r, q) for r, q in zip(records, questions)]
 
     def context(ablation: MessageAblation | None = None) -> SystemContext:

@@ -28,7 +28,8 @@ from typing import Any, Mapping
 
 from optima_agents.systems import Outcome
 from optima_envs.errors import ConfigError
-from optima_train.leaderboard.cells import LOCATION_KWARGS, CellResult, HeldOut, cell_path, identity_key, store_cell
+from optima_train.leaderboard.cells import (LOCATION_KWARGS, CellResult, HeldOut, cell_path, describe_heldout,
+                                            identity_key, store_cell)
 
 __all__ = ["FORMAT_VERSION", "import_external"]
 
@@ -72,7 +73,7 @@ def import_external(path: str | Path, root: str | Path, *,
     outcomes = _outcomes(data["outcomes"], heldout, where)
     dtype = data.get("dtype", "unknown")
     model = {"external": data["model"], "dtype": str(dtype)}
-    identity = {"system": data["system"], "settings": {}, "model": model, "heldout": heldout.describe(),
+    identity = {"system": data["system"], "settings": {}, "model": model, "heldout": describe_heldout(heldout),
                 "max_new_tokens": None, "external": {"outcomes": [o.to_dict() for o in outcomes]}}
     key = identity_key(identity)
     description = {**{k: v for k, v in identity.items() if k != "external"}, "key": key, "label": data["model"],
@@ -119,12 +120,9 @@ def _heldout(data: Mapping[str, Any], where: str, locations: dict[str, Any]) -> 
 
 
 def _outcomes(raw: Any, heldout: HeldOut, where: str) -> list[Outcome]:
-    from optima_agents.systems import heldout_questions
-
     if not isinstance(raw, list):
         raise ConfigError(f"{where}: outcomes must be a list, got {type(raw).__name__}")
-    questions = heldout_questions(heldout.env_id, heldout.env_kwargs, count=heldout.count, seed=heldout.seed,
-                                  first_index=heldout.first_index)
+    questions = heldout.questions()
     out: dict[int, Outcome] = {}
     for n, item in enumerate(raw):
         at = f"{where}: outcomes[{n}]"

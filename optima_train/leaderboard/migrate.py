@@ -31,6 +31,7 @@ from optima_envs.errors import OptimaError
 from optima_train.leaderboard.cells import (
     IDENTITY_FIELDS,
     HeldOut,
+    heldout_locations,
     cell_path,
     heldout_identity,
     identity_key,
@@ -84,13 +85,13 @@ def migrated_description(description: Mapping[str, Any], roots: Roots) -> dict[s
 
 def _data_here(description: Mapping[str, Any], roots: Roots) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """The data identity of a stored cell's held-out set, from the files its task reads here, and
-    where they are (`HeldOut.locations`)."""
+    where they are (`heldout_locations`)."""
     recorded = description["heldout"]
     try:
         heldout = HeldOut(recorded["env_id"], recorded_env_kwargs(description), recorded["count"], recorded["seed"],
                           recorded["first_index"])
         data = heldout.data[0]
-        where = heldout.locations(roots)
+        where = heldout_locations(heldout, roots)
     except OptimaError as error:
         raise MigrationError(f"cell {description['key']} ({recorded['env_id']}, {description['label']}): its data "
                              f"cannot be read here: {error}") from error

@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from optima_agents.policies.base import capabilities_of
 from optima_agents.policies.registry import backend_spec
-from optima_agents.systems import System, SystemContext, heldout_questions, make_system
+from optima_agents.heldout import HELDOUT_SEED
+from optima_agents.systems import System, SystemContext, make_system
 from optima_agents.systems.ablation import ABLATION_MODES, MessageAblation, swap_donors
 from optima_agents.systems.base import prefix_vote
 from optima_envs.errors import ConfigError
@@ -43,6 +44,7 @@ from optima_train.leaderboard.cells import (
     Cell,
     CellResult,
     HeldOut,
+    describe_heldout,
     ModelSpec,
     append_partial,
     read_cell,
@@ -81,7 +83,7 @@ class LeaderboardConfig:
     base_urls: Sequence[str] = ()
     dtype: str = "auto"
     questions: int = 200
-    seed: int = 1_000_000  # the training loops' held-out seed, so `mas` cells match their evaluations
+    seed: int = HELDOUT_SEED  # the training loops' held-out seed, so `mas` cells match their evaluations
     first_index: int = 0
     max_new_tokens: int = 128
     max_turns: int | None = None
@@ -244,10 +246,9 @@ def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory 
                 if policy is None:
                     policy = (policy_factory or _default_policy)(model)
                 h = cell.heldout
-                where = json.dumps(h.describe(), sort_keys=True)
+                where = json.dumps(describe_heldout(h), sort_keys=True)
                 if where not in questions:
-                    questions[where] = heldout_questions(h.env_id, h.env_kwargs, count=h.count, seed=h.seed,
-                                                         first_index=h.first_index)
+                    questions[where] = h.questions()
                 ablation = None
                 if cell.ablation is not None:
                     ablation = _ablation(cell, root, questions[where], policy, config, log)
@@ -268,9 +269,9 @@ def _rescore_cell(result: CellResult, cell: Cell, golds: dict[str, tuple[Mapping
     import optima_envs
 
     h = cell.heldout
-    where = json.dumps(h.describe(), sort_keys=True)
+    where = json.dumps(describe_heldout(h), sort_keys=True)
     if where not in golds:
-        held = heldout_questions(h.env_id, h.env_kwargs, count=h.count, seed=h.seed, first_index=h.first_index)
+        held = h.questions()
         golds[where] = ({q.position: q.instance for q in held}, optima_envs.make(h.env_id, **h.env_kwargs).task.metric)
     instances, metric = golds[where]
     outcomes, changed = rescore_outcomes(result.outcomes, instances, metric)

@@ -110,9 +110,10 @@ try:
 except ConfigError as error:
     unknown = str(error)
 cli = CliRunner().invoke(app, ["train", "echo-isft", "--config", sys.argv[1], "--iterations", "4", "--print-config"])
-from optima_agents.systems import SystemContext, heldout_questions, list_systems, make_system
+from optima_agents.heldout import HeldOut
+from optima_agents.systems import SystemContext, list_systems, make_system
 
-questions = heldout_questions(cfg.task.env_id, cfg.task.eval_kwargs(), count=2)
+questions = HeldOut(cfg.task.env_id, cfg.task.eval_kwargs(), count=2, seed=0).questions()
 outcomes = make_system("first-word").run(SystemContext(cfg.task.env_id, cfg.task.eval_kwargs(), questions, policy))
 print(json.dumps({
     "names": backend_names(), "type": type(policy).__name__, "with_sampling": capabilities_of(policy).with_sampling,

@@ -11,7 +11,8 @@ import pytest
 
 import optima_envs
 from optima_agents.policies import ScriptedPolicy
-from optima_agents.systems import SystemContext, heldout_questions, make_system
+from optima_agents.heldout import HeldOut
+from optima_agents.systems import SystemContext, make_system
 from optima_agents.systems.ablation import MessageAblation, swap_donors
 from optima_envs.core.places import answer_place
 from optima_envs.errors import ConfigError
@@ -27,7 +28,7 @@ def seat_script(by_agent: Mapping[str, Any]) -> ScriptedPolicy:
 
 
 def context(env_id: str, policy: Any, ablation: MessageAblation | None = None, **kwargs: Any) -> SystemContext:
-    questions = heldout_questions(env_id, {"split": "validation", **kwargs}, count=QUESTIONS, seed=1_000_000)
+    questions = HeldOut(env_id, {"split": "validation", **kwargs}, count=QUESTIONS).questions()
     return SystemContext(env_id, {"split": "validation", **kwargs}, questions, policy, progress=False,
                          ablation=ablation)
 

@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams
-from optima_agents.systems import SystemContext, heldout_questions, list_systems, make_system, parse_system
+from optima_agents.heldout import HeldOut
+from optima_agents.systems import SystemContext, list_systems, make_system, parse_system
 from optima_agents.systems.base import Sample, majority, prefix_vote, vote_key
 from optima_envs.errors import ConfigError
 
@@ -42,7 +43,7 @@ class SeededScript:
 
 
 def _context(policy, env_id="synth-hop-ia", count=4, **env_kwargs):
-    questions = heldout_questions(env_id, env_kwargs, count=count, seed=5)
+    questions = HeldOut(env_id, env_kwargs, count=count, seed=5).questions()
     return SystemContext(env_id, env_kwargs, questions, policy, max_new_tokens=32), questions
 
 
@@ -61,7 +62,7 @@ GOLD: dict[str, str] = {}
 
 @pytest.fixture(autouse=True)
 def golds():
-    for q in heldout_questions("synth-hop-ia", {}, count=4, seed=5):
+    for q in HeldOut("synth-hop-ia", {}, count=4, seed=5).questions():
         GOLD[q.instance.question] = q.instance.gold_text
 
 

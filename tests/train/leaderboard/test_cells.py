@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 from optima_agents.systems import Outcome
-from optima_train.leaderboard.cells import ModelSpec, append_partial, content_digest, read_partial
+from optima_envs.data.identity import content_digest
+from optima_train.leaderboard.cells import ModelSpec, append_partial, read_partial
 
 
 def weights(folder: Path, payload: bytes = b"\x00\x01" * 1000, *, mtime_ns: int | None = None) -> Path:

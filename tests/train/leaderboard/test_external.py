@@ -10,7 +10,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from optima_agents.systems import heldout_questions
+from optima_agents.heldout import HeldOut
 from optima_envs.errors import ConfigError
 from optima_train.cli import app
 from optima_train.leaderboard import run_leaderboard, write_reports
@@ -21,7 +21,7 @@ COUNT, SEED = 6, 1_000_000
 
 
 def external(scores=(1.0, 0.0, 1.0, None, 1.0, 0.0)) -> dict:
-    questions = heldout_questions("synth-hop-ia", {"split": "validation"}, count=COUNT, seed=SEED)
+    questions = HeldOut("synth-hop-ia", {"split": "validation"}, count=COUNT, seed=SEED).questions()
     return {"optima_external_cell": 1, "task": "synth-hop-ia",
             "heldout": {"count": COUNT, "seed": SEED, "first_index": 0},
             "system": "verifiers-grpo", "model": "vf-ckpt", "dtype": "bfloat16", "made_by": "vf-eval optima-synth-hop",

@@ -44,10 +44,10 @@ class Script:
 
 @pytest.fixture
 def gold():
-    from optima_agents.systems import heldout_questions
+    from optima_agents.heldout import HeldOut
 
     return {q.instance.question: q.instance.gold_text
-            for q in heldout_questions("synth-hop-ia", {"split": "validation"}, count=6, seed=1_000_000)}
+            for q in HeldOut("synth-hop-ia", {"split": "validation"}, count=6).questions()}
 
 
 def _config(tmp_path, **kwargs):
