@@ -56,7 +56,7 @@ def _isft_script(observation: Any) -> str:
 
 def _policy(loop: str) -> Any:
     from optima_agents.policies import ScriptedPolicy
-    from tests.agents.mcts.scripted_policies import SeededChoice
+    from optima_agents.testing import SeededChoice
 
     return (lambda m, s: ScriptedPolicy(_isft_script)) if loop == "isft" else (lambda m, s: SeededChoice(OPTIONS))
 

@@ -34,7 +34,7 @@ FAULTS = ("http_500", "http_503", "http_429_retry_after", "hang", "connection_re
 
 
 def _good(rng: np.random.Generator) -> Any:
-    from tests.agents.conftest_servers import Reply, completion
+    from optima_agents.testing import Reply, completion
 
     text = list(CANNED)[int(rng.integers(len(CANNED)))]
     return Reply(body=completion(text, token_ids=list(CANNED[text])))
@@ -42,7 +42,7 @@ def _good(rng: np.random.Generator) -> Any:
 
 def _wrong_typed(marker: str, rng: np.random.Generator) -> dict[str, Any]:
     """A 200 body with `marker` as its text and one field of the wrong type."""
-    from tests.agents.conftest_servers import completion
+    from optima_agents.testing import completion
 
     body = completion(marker, token_ids=[1, 2])
     choice = body["choices"][0]
@@ -59,7 +59,7 @@ def _wrong_typed(marker: str, rng: np.random.Generator) -> dict[str, Any]:
 
 def _missing(marker: str, rng: np.random.Generator) -> Any:
     """A 200 body without a field the policy needs (or not an object at all)."""
-    from tests.agents.conftest_servers import completion
+    from optima_agents.testing import completion
 
     body = completion(marker, token_ids=[1, 2])
     variants = [{**body, "choices": []}, {**body, "choices": None}, {k: v for k, v in body.items() if k != "choices"},
@@ -69,7 +69,7 @@ def _missing(marker: str, rng: np.random.Generator) -> Any:
 
 
 def _fault(kind: str, marker: str, rng: np.random.Generator) -> Any:
-    from tests.agents.conftest_servers import Reply
+    from optima_agents.testing import Reply
 
     return {
         "http_500": lambda: Reply(500, {"error": "boom"}),
@@ -136,7 +136,7 @@ def run(episodes: int, fault_rate: float, seed: int, workdir: Path, *, min_fault
     from optima_agents.policies import OpenAIPolicy
     from optima_agents.rollout import RolloutEngine, episode_specs
     from optima_agents.servers import free_port
-    from tests.agents.conftest_servers import StubServer
+    from optima_agents.testing import StubServer
 
     rng = np.random.default_rng(seed)
     scripts = [_script(rng, 4000, fault_rate, tag) for tag in ("a", "b")]

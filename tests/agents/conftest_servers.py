@@ -20,28 +20,22 @@ Which configurations, and why:
   natively, float32 where it is emulated; the fast-starting mode, and the one docs/design.md suspected
   of decoding garbage: the parity test keeps checking it).
 
-The HTTP doubles (`StubServer`) are real sockets: a `ThreadingHTTPServer` in a thread answering
-chat-completion requests from a script of responses (status, body, delay), and recording the
-requests it received.
+The HTTP double (`StubServer`, from `optima_agents.testing`) is a real socket; `stub_server` is
+its fixture.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import struct
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
 import pytest
 
+from optima_agents.testing import Reply, StubServer, completion  # noqa: F401  (the tests import them from here)
 from tests.conftest import TEST_MAX_NEW_TOKENS
 
 IN_PROCESS = {"dtype": "float32", "enforce_eager": False}
@@ -129,98 +123,6 @@ def reference_scorer(embedded_model_dir, smollm_tokenizer) -> Any:
     from optima_agents.policies.parity import ReferenceScorer
 
     return ReferenceScorer(str(embedded_model_dir), tokenizer=smollm_tokenizer)
-
-
-# ---------------------------------------------------------------------- HTTP test doubles
-@dataclass
-class Reply:
-    """One scripted answer: HTTP status, JSON body (None: a chat completion), delay, headers;
-    `raw` sends these bytes as the body instead of JSON, `reset` drops the connection (TCP RST)
-    without answering."""
-
-    status: int = 200
-    body: Any = None
-    delay_s: float = 0.0
-    headers: dict[str, str] = field(default_factory=dict)
-    raw: bytes | None = None
-    reset: bool = False
-
-
-def completion(text: str = "Hello there.", token_ids: list[int] | None = None, finish_reason: str = "stop",
-               prompt_token_ids: list[int] | None = None) -> dict[str, Any]:
-    """A chat-completion body shaped like vLLM 0.32's (ids only when given)."""
-    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                              "finish_reason": finish_reason}
-    if token_ids is not None:
-        choice["token_ids"] = token_ids
-    body: dict[str, Any] = {"id": "x", "object": "chat.completion", "choices": [choice],
-                            "usage": {"prompt_tokens": 7, "completion_tokens": len(token_ids or []) or 3}}
-    if prompt_token_ids is not None:
-        body["prompt_token_ids"] = prompt_token_ids
-    return body
-
-
-class _Server(ThreadingHTTPServer):
-    """A threading HTTP server whose accept queue holds a burst of concurrent clients (the default
-    of 5 drops connection attempts, which clients then see as connect timeouts)."""
-
-    request_queue_size = 256
-    daemon_threads = True
-
-
-class StubServer:
-    """A real HTTP server on a loopback port (`port`, or one the OS picks) answering from `script`
-    (then `default`)."""
-
-    def __init__(self, script: list[Reply] | None = None, default: Reply | None = None, port: int = 0):
-        self.script = list(script or [])
-        self.default = default or Reply()
-        self.received: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802  (http.server's naming)
-                length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                with stub._lock:
-                    stub.received.append(body)
-                    reply = stub.script.pop(0) if stub.script else stub.default
-                if reply.delay_s:
-                    time.sleep(reply.delay_s)
-                if reply.reset:
-                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    self.connection.close()
-                    self.close_connection = True
-                    return
-                payload = reply.raw if reply.raw is not None else \
-                    json.dumps(completion() if reply.body is None else reply.body).encode()
-                try:
-                    self.send_response(reply.status)
-                    for key, value in reply.headers.items():
-                        self.send_header(key, value)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
-                    pass
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = _Server(("127.0.0.1", port), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from optima_agents.rollout import DEFAULT_MAX_INFLIGHT, EpisodeSpec, RolloutEngi
 from optima_envs.errors import ConfigError
 from optima_envs.test import share_evidence_then
 
-from .mcts.scripted_policies import first_utterance_reward
+from optima_agents.testing import first_utterance_reward
 
 ENV_KWARGS = {"max_turns": 6}
 

@@ -153,7 +153,7 @@ def tiny_model(tmp_path_factory):
 
 
 def _seeded_policy(model, sampling):
-    from tests.agents.mcts.scripted_policies import SeededChoice
+    from optima_agents.testing import SeededChoice
 
     return SeededChoice(OPTIONS)
 

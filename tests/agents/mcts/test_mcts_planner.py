@@ -6,7 +6,7 @@ from optima_agents.mcts import MCTSConfig, MCTSPlanner, PairConfig, TreeTask, ex
 from optima_agents.mcts.errors import EnvNotSearchableError
 from optima_agents.mcts.reward import score_only_reward
 
-from .scripted_policies import SeededChoice, TurnScript, first_utterance_reward
+from optima_agents.testing import SeededChoice, TurnScript, first_utterance_reward
 
 GOOD, BAD1, BAD2 = "I say <A>good</A>", "I say <A>bad one</A>", "I say <A>bad two</A>"
 VALUES = {GOOD: 1.0, BAD1: 0.0, BAD2: 0.25}
