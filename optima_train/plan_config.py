@@ -5,8 +5,9 @@ safetensors headers), else from `plan.KNOWN_MODELS`, else from `--model-size`; t
 the train section's accelerate config file (and its DeepSpeed JSON) and `launch_args`, parsed by
 accelerate's own argument parser. `optima_train.plan_report` turns these into the printed plan.
 
-An algorithm's workload (dialogues sampled and examples trained per iteration) is declared: the
-built-in loops are described here, and any other config may define `plan_workload() -> list[Stage]`.
+An algorithm's workload (dialogues sampled and examples trained per iteration) is declared by its
+config: `plan_workload() -> list[Stage]`, built from the stage builders here (`isft_stage`,
+`idpo_stage`, `grpo_stage`) or its own, and `PLAN_PERIOD`, what one reported iteration is called.
 """
 
 from __future__ import annotations
@@ -216,22 +217,12 @@ class Stage:
 
 
 def workload(cfg: Any) -> tuple[str, list[Stage]]:
-    """(what one iteration is called, its stages) for the built-in loops or a config's
-    `plan_workload()`; an algorithm that declares neither gets no stages."""
-    from optima_train.idpo.idpo_config import IDPOConfig
-    from optima_train.isft.isft_config import ISFTConfig
-    from optima_train.isft_dpo.isft_dpo_config import ISFTDPOConfig
-
-    if isinstance(cfg, ISFTConfig):
-        return "iteration", [_isft(cfg, cfg.generation, cfg.train, "train", cfg.task.train_questions)]
-    if isinstance(cfg, IDPOConfig):
-        return "iteration", [_idpo(cfg, cfg.search, cfg.train, "train", cfg.questions)]
-    if isinstance(cfg, ISFTDPOConfig):
-        c = cfg.cycles
-        return "cycle", [_isft(cfg, cfg.generation, cfg.sft, "sft", cfg.task.train_questions, c.isft_iterations),
-                         _idpo(cfg, cfg.search, cfg.dpo, "dpo", cfg.dpo_questions, c.idpo_iterations)]
+    """(what one iteration is called, its stages), as the config declares them
+    (`plan_workload()`, `PLAN_PERIOD`); a config that declares none gets no stages."""
     declared = getattr(cfg, "plan_workload", None)
-    return ("iteration", list(declared())) if callable(declared) else ("iteration", [])
+    if not callable(declared):
+        return "iteration", []
+    return getattr(cfg, "PLAN_PERIOD", "iteration"), list(declared())
 
 
 def agents(cfg: Any) -> int:
@@ -239,7 +230,8 @@ def agents(cfg: Any) -> int:
     return int(cfg.task.env_kwargs.get("num_agents", 2))
 
 
-def _isft(cfg: Any, gen: Any, train: Any, train_name: str, questions: int, repeats: int = 1) -> Stage:
+def isft_stage(cfg: Any, gen: Any, train: Any, train_name: str, questions: int, repeats: int = 1) -> Stage:
+    """Sampled dialogues, the kept ones trained on: one SFT example per agent of each kept dialogue."""
     kept = math.ceil(questions * cfg.selection.keep_fraction)
     return Stage("iSFT", "generation", gen, train_name, train, questions * gen.samples_per_question,
                  f"{questions:,} questions x {gen.samples_per_question} samples", gen.max_turns or DEFAULT_TURNS,
@@ -248,7 +240,8 @@ def _isft(cfg: Any, gen: Any, train: Any, train_name: str, questions: int, repea
                  repeats=repeats)
 
 
-def _idpo(cfg: Any, search: Any, train: Any, train_name: str, trees: int, repeats: int = 1) -> Stage:
+def idpo_stage(cfg: Any, search: Any, train: Any, train_name: str, trees: int, repeats: int = 1) -> Stage:
+    """MCTS over dialogue turns, its branching nodes paired for DPO."""
     m = cfg.mcts
     rollouts = m.iterations * m.rollouts_per_expansion
     pairs = math.floor(m.iterations * cfg.pairs.keep_fraction)
@@ -258,3 +251,13 @@ def _idpo(cfg: Any, search: Any, train: Any, train_name: str, trees: int, repeat
                  m.max_new_tokens, trees * pairs,
                  f"{trees:,} trees x {pairs} pairs ({m.iterations} expansions x keep {cfg.pairs.keep_fraction:g})",
                  preference=True, repeats=repeats)
+
+
+def grpo_stage(cfg: Any) -> Stage:
+    """A group of dialogues per training question, every agent's turns of every dialogue trained
+    on (a group whose rewards are all equal has zero advantage but is still a row)."""
+    gen = cfg.generation
+    dialogues = cfg.task.train_questions * gen.group_size
+    return Stage("GRPO", "generation", gen, "train", cfg.train, dialogues,
+                 f"{cfg.task.train_questions:,} questions x {gen.group_size} per group", gen.max_turns or DEFAULT_TURNS,
+                 gen.max_new_tokens, dialogues * agents(cfg), f"{dialogues:,} dialogues x {agents(cfg)} agents")

@@ -172,6 +172,14 @@ class GRPOConfig:
     #: Fields that may differ when resuming a run (everything else must match the stored config).
     RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", *SCHEDULING_KEYS, *launch_keys("train"))
 
+    #: What one reported unit of `--plan` is called.
+    PLAN_PERIOD = "iteration"
+
+    def plan_workload(self) -> list:
+        """What one iteration samples and trains (`optima train ... --plan`)."""
+        from optima_train.plan_config import grpo_stage
+
+        return [grpo_stage(self)]
     def __post_init__(self) -> None:
         check_question_ranges(self.task, self.eval, self.task.train_first_index, self.task.train_questions)
 

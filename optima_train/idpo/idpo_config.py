@@ -143,6 +143,14 @@ class IDPOConfig:
     #: Fields that may differ when resuming a run (everything else must match the stored config).
     RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", *launch_keys("train"))
 
+    #: What one reported unit of `--plan` is called.
+    PLAN_PERIOD = "iteration"
+
+    def plan_workload(self) -> list:
+        """What one iteration samples and trains (`optima train ... --plan`)."""
+        from optima_train.plan_config import idpo_stage
+
+        return [idpo_stage(self, self.search, self.train, "train", self.questions)]
     def __post_init__(self) -> None:
         iterations = self.run.iterations if self.search.new_questions_each_iteration else 1
         check_question_ranges(self.task, self.eval, self.task.train_first_index, self.questions * iterations)

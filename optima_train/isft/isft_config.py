@@ -301,6 +301,14 @@ class ISFTConfig:
     RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", "train.padding_free", *SCHEDULING_KEYS,
                  *launch_keys("train"))
 
+    #: What one reported unit of `--plan` is called.
+    PLAN_PERIOD = "iteration"
+
+    def plan_workload(self) -> list:
+        """What one iteration samples and trains (`optima train ... --plan`)."""
+        from optima_train.plan_config import isft_stage
+
+        return [isft_stage(self, self.generation, self.train, "train", self.task.train_questions)]
     def __post_init__(self) -> None:
         t = self.task
         if t.train_kwargs() == t.eval_kwargs():

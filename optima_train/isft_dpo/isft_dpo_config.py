@@ -102,6 +102,16 @@ class ISFTDPOConfig:
     RESUMABLE = ("cycles.count", "run.progress", "run.num_threads", "sft.padding_free", *SCHEDULING_KEYS,
                  *launch_keys("sft", "dpo"))
 
+    #: What one reported unit of `--plan` is called.
+    PLAN_PERIOD = "cycle"
+
+    def plan_workload(self) -> list:
+        """What one cycle samples and trains (`optima train ... --plan`)."""
+        from optima_train.plan_config import idpo_stage, isft_stage
+
+        c = self.cycles
+        return [isft_stage(self, self.generation, self.sft, "sft", self.task.train_questions, c.isft_iterations),
+                idpo_stage(self, self.search, self.dpo, "dpo", self.dpo_questions, c.idpo_iterations)]
     def __post_init__(self) -> None:
         check_question_ranges(self.task, self.eval, self.task.train_first_index,
                               self.questions_per_cycle * self.cycles.count)

@@ -312,3 +312,17 @@ def test_gpu_configs_cover_the_eight_paper_tasks_with_the_paper_settings(monkeyp
             assert c.run.output_dir.startswith(f"runs/gpu/{folder}/")
         expected = "meta-llama/Llama-3.2-3B-Instruct" if folder == "isft_3b" else "meta-llama/Meta-Llama-3-8B-Instruct"
         assert all((c.model.reference if folder == "idpo" else c.model.name) == expected for c in configs), folder
+
+
+def test_every_builtin_algorithm_declares_its_workload(monkeypatch):
+    from optima_train.config_io import load_config
+    from optima_train.grpo import GRPOConfig
+
+    cfg = load_config(GRPOConfig, ROOT / "configs/grpo/synth_hop.yaml", ["task.train_questions=12",
+                                                                         "generation.group_size=4"])
+    period, stages = workload(cfg)
+    assert period == "iteration" and [s.name for s in stages] == ["GRPO"]
+    assert stages[0].dialogues == 48 and stages[0].examples == 96 and not stages[0].preference
+    result = _plan(["grpo", "--config", "configs/grpo/synth_hop.yaml"], monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert "GRPO generation" in result.output and "declares no plan_workload" not in result.output
