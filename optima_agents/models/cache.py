@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from optima_agents.models.registry import MODEL_REGISTRY, ModelSpec
+from optima_agents.models.registry import MODEL_REGISTRY, RegistrySpec
 
 __all__ = [
     "MANIFEST_NAME",
@@ -82,15 +82,15 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def verify_folder(folder: Path, spec: ModelSpec | None = None) -> dict[str, Any] | None:
+def verify_folder(folder: Path, spec: RegistrySpec | None = None) -> dict[str, Any] | None:
     """Return the manifest when `folder` is a complete pull (of `spec`, if given), else None."""
     manifest = read_manifest(folder)
     if manifest is None or manifest.get("format_version") != MANIFEST_VERSION:
         return None
-    if spec is not None and (
-        manifest.get("name") != spec.name or manifest.get("source", {}).get("wheel_sha256") != spec.wheel_sha256
-    ):
-        return None
+    if spec is not None:
+        source = manifest.get("source", {})
+        if manifest.get("name") != spec.name or any(source.get(k) != v for k, v in spec.pin.items()):
+            return None
     files = manifest.get("files")
     if not isinstance(files, dict) or "config.json" not in files:
         return None

@@ -22,7 +22,7 @@ from typing import Any
 
 from optima_agents.models.errors import ModelPullError
 
-__all__ = ["convert_gguf_to_hf", "smoke_test"]
+__all__ = ["convert_gguf_to_hf", "merge_adapter", "smoke_test"]
 
 _INSTALL_HINT = "pip install 'transformers>=5.16.1,<5.20' gguf accelerate safetensors"
 
@@ -83,6 +83,27 @@ def convert_gguf_to_hf(gguf_path: Path, out_dir: Path, *, progress: bool = True)
     tokenizer.save_pretrained(out_dir)
     if not getattr(tokenizer, "chat_template", None):
         raise ModelPullError(f"{gguf_path.name} carries no chat template; refusing to save a model without one")
+
+
+def merge_adapter(base_dir: Path, adapter_dir: Path, out_dir: Path) -> None:
+    """Write the base model with a PEFT LoRA adapter merged into it, as a plain float32 folder
+    with the base's tokenizer and chat template (what every backend loads).
+
+    Raises:
+        ModelPullError: the adapter does not fit the base (other modules, other shapes).
+    """
+    transformers = _import_transformers()
+    from peft import PeftModel
+
+    with _progress_bars(False):
+        tokenizer = transformers.AutoTokenizer.from_pretrained(base_dir)
+        model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype="float32")
+    try:
+        merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    except (ValueError, RuntimeError, KeyError) as exc:  # PEFT's errors for a module or shape that does not fit
+        raise ModelPullError(f"The adapter in {adapter_dir} does not fit the base model {base_dir}: {exc}") from exc
+    merged.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
 
 
 def smoke_test(folder: Path, prompt: str, expect: str, *, max_new_tokens: int = 24) -> dict[str, Any]:

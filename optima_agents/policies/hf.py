@@ -328,6 +328,9 @@ def _revision(model_path: str | None, model: Any) -> str | None:
 
         manifest = read_manifest(Path(model_path)) if Path(model_path).is_dir() else None
         if manifest:
-            sha = manifest.get("source", {}).get("wheel_sha256")
-            return f"{manifest.get('source', {}).get('requirement')}@sha256:{sha[:16]}" if sha else None
+            source = manifest.get("source", {})
+            if source.get("adapter_sha256"):
+                return f"{source.get('base')}+{manifest.get('name')}@sha256:{source['adapter_sha256'][:16]}"
+            sha = source.get("wheel_sha256")
+            return f"{source.get('requirement')}@sha256:{sha[:16]}" if sha else None
     return getattr(model.config, "_commit_hash", None)
