@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: play a few episodes and show transcripts and token costs.
+# The main job on the embedded default: the untrained and the trained pair (a shipped adapter) play
+# the same held-out referential games side by side; transcripts, per-turn tokens, scores.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 source "$ROOT/scripts/venv.sh" ""

