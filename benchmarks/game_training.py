@@ -124,10 +124,10 @@ def _eval_row(label: str, result: dict[str, Any]) -> str:
     score = result["score"]
     row = f"| {label} | {score['mean']:.3f} [{score['low']:.3f}, {score['high']:.3f}] | {result['tokens']['mean']:.1f} |"
     found = result.get("diagnostics") or {}
-    solo = found.get("no_talk") or found.get("solo")
-    row += f" {solo['mean']:.3f} |" if isinstance(solo, dict) and "mean" in solo else " - |"
+    solo = found.get("no_talk")
+    row += f" {solo['mean']:.3f} [{solo['low']:.3f}, {solo['high']:.3f}] |" if isinstance(solo, dict) else " - |"
     for mode in ("remove", "swap"):
-        gain = (found.get("ablations") or {}).get(mode, {}).get("comm_gain")
+        gain = (found.get("comm_gain") or {}).get(mode)
         row += (f" {gain['mean']:+.3f} [{gain['low']:+.3f}, {gain['high']:+.3f}] |" if isinstance(gain, dict)
                 else " - |")
     return row
