@@ -51,10 +51,9 @@ class HeldOut:
 
     def questions(self) -> list[Any]:
         """The systems' `Question`s: each instance with the evidence its reset deals."""
-        import optima_envs
         from optima_agents.systems.base import Question
 
-        env = optima_envs.make(self.env_id, **dict(self.env_kwargs))
+        env = self._env
         questions = []
         for i in range(self.count):
             env.reset(seed=self.seed + i, options={"index": self.first_index + i})
@@ -64,12 +63,16 @@ class HeldOut:
         return questions
 
     @functools.cached_property
-    def source(self) -> Any:
-        """The task's data source (None for a task without one); the env is made once."""
+    def _env(self) -> Any:
+        """The env, made once (its data read once) for the questions and the data identity."""
         import optima_envs
 
-        env = optima_envs.make(self.env_id, **dict(self.env_kwargs))
-        task = getattr(getattr(env, "unwrapped", env), "task", None)
+        return optima_envs.make(self.env_id, **dict(self.env_kwargs))
+
+    @property
+    def source(self) -> Any:
+        """The task's data source (None for a task without one)."""
+        task = getattr(getattr(self._env, "unwrapped", self._env), "task", None)
         return getattr(task, "source", None)
 
     @functools.cached_property

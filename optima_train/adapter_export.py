@@ -10,11 +10,13 @@ report says how much of each layer's update the adapter keeps, so the rank is ch
 measurement; evaluate the exported adapter before shipping it.
 
 Any other tensor that differs between the two folders is refused: an adapter cannot carry it.
+When the run's per-iteration adapters are at hand and the exact adapter is wanted at any size,
+`optima_train.adapter_stack.stack_adapters` stacks them instead; this works from the merged
+weights alone and can trade rank for size.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +131,3 @@ def _weights(folder: Path, load_file: Any) -> dict[str, Any]:
         state.update(load_file(str(path)))
     return state
 
-
-def read_adapter_config(folder: str | Path) -> dict[str, Any]:
-    """The adapter's PEFT config as JSON."""
-    return json.loads((Path(folder) / "adapter_config.json").read_text(encoding="utf-8"))

@@ -108,7 +108,6 @@ def _build(spec: ModelSpec, stage: Path, progress: bool) -> None:
     _say(progress, f"smoke test: {spec.test_prompt!r}")
     test = smoke_test(stage, spec.test_prompt, spec.test_expect)
     _say(progress, f"answer: {test['output']!r}")
-    files = {p.relative_to(stage).as_posix(): p.stat().st_size for p in sorted(stage.rglob("*")) if p.is_file()}
     manifest: dict[str, Any] = {
         "format_version": MANIFEST_VERSION,
         "name": spec.name,
@@ -125,9 +124,8 @@ def _build(spec: ModelSpec, stage: Path, progress: bool) -> None:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "pull_seconds": round(time.perf_counter() - start, 1),
         "test": test,
-        "files": files,
     }
-    (stage / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    _write_manifest(stage, manifest)
 
 
 def _build_adapter(spec: AdapterSpec, stage: Path, home: Path | str | None, progress: bool) -> None:
@@ -147,7 +145,6 @@ def _build_adapter(spec: AdapterSpec, stage: Path, home: Path | str | None, prog
     _say(progress, f"merging the {spec.name} adapter into {spec.base}")
     merge_adapter(base, spec.adapter_dir, stage)
     shutil.copy2(spec.adapter_dir / "provenance.json", stage / "provenance.json")
-    files = {p.relative_to(stage).as_posix(): p.stat().st_size for p in sorted(stage.rglob("*")) if p.is_file()}
     manifest: dict[str, Any] = {
         "format_version": MANIFEST_VERSION,
         "name": spec.name,
@@ -157,9 +154,15 @@ def _build_adapter(spec: AdapterSpec, stage: Path, home: Path | str | None, prog
         "peft_version": _version("peft"),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "pull_seconds": round(time.perf_counter() - start, 1),
-        "files": files,
     }
-    (stage / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    _write_manifest(stage, manifest)
+
+
+def _write_manifest(stage: Path, manifest: dict[str, Any]) -> None:
+    """Write the manifest, the commit marker, with the size of every file in `stage`."""
+    files = {p.relative_to(stage).as_posix(): p.stat().st_size for p in sorted(stage.rglob("*")) if p.is_file()}
+    text = json.dumps({**manifest, "files": files}, indent=2) + "\n"
+    (stage / MANIFEST_NAME).write_text(text, encoding="utf-8")
 
 
 def _version(dist: str) -> str | None:

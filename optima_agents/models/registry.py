@@ -32,6 +32,12 @@ __all__ = ["ADAPTERS_DIR", "DEFAULT_MODEL", "MODEL_REGISTRY", "AdapterSpec", "Mo
 ADAPTERS_DIR = Path(__file__).resolve().parent / "adapters"
 
 
+def _check_name(kind: str, name: str) -> None:
+    """Registry names are folder names and what users type: lower-case, no '/'."""
+    if name != name.lower() or "/" in name:
+        raise ValueError(f"{kind}.name must be lower-case without '/', got {name!r}")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """One fetchable model.
@@ -57,8 +63,7 @@ class ModelSpec:
     test_expect: str = "Paris"
 
     def __post_init__(self) -> None:
-        if self.name != self.name.lower() or "/" in self.name:
-            raise ValueError(f"ModelSpec.name must be lower-case without '/', got {self.name!r}")
+        _check_name("ModelSpec", self.name)
         if "==" not in self.requirement:
             raise ValueError(f"ModelSpec.requirement must pin one version, got {self.requirement!r}")
         if len(self.wheel_sha256) != 64:
@@ -90,8 +95,7 @@ class AdapterSpec:
     adapter_sha256: str
 
     def __post_init__(self) -> None:
-        if self.name != self.name.lower() or "/" in self.name:
-            raise ValueError(f"AdapterSpec.name must be lower-case without '/', got {self.name!r}")
+        _check_name("AdapterSpec", self.name)
         if len(self.adapter_sha256) != 64:
             raise ValueError(f"AdapterSpec.adapter_sha256 must be 64 hex digits, got {self.adapter_sha256!r}")
 

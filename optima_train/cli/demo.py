@@ -21,6 +21,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from optima_train.cli.rollout import mean_score, mean_tokens
+
 TRAINED = "smollm2-135m-referential"
 
 
@@ -101,16 +103,6 @@ def _transcript(record: Any) -> str:
         score = "n/a" if record.score is None else f"{record.score:.0f}"
         lines.append(f"pick {escape(repr(record.final_answer))}  score {score}  {record.total_tokens} tokens")
     return "\n".join(lines)
-
-
-def mean_score(records: Sequence[Any]) -> float:
-    """Mean score over the scored games (an infra failure or a scoring error is not a wrong pick)."""
-    scored = [r.score for r in records if r.scored]
-    return sum(scored) / len(scored) if scored else float("nan")
-
-
-def mean_tokens(records: Sequence[Any]) -> float:
-    return sum(r.total_tokens for r in records) / len(records) if records else float("nan")
 
 
 def closing_line(trained: Sequence[Any], untrained: Sequence[Any], provenance: dict[str, Any]) -> str:

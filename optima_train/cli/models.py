@@ -16,7 +16,6 @@ from rich.table import Table
 from optima_agents.models.cache import list_models, models_root
 from optima_agents.models.pull import pull_model
 from optima_agents.models.registry import MODEL_REGISTRY
-from optima_envs.errors import OptimaError
 from optima_train.cli.errors import reported
 
 __all__ = ["models_app"]
@@ -34,7 +33,7 @@ def pull_cmd(
     force: bool = typer.Option(False, "--force", help="Download and convert again even if a verified copy exists."),
 ) -> None:
     """Download, convert and verify a registry model into $OPTIMA_HOME/models/NAME."""
-    with reported(OptimaError):
+    with reported():
         path = pull_model(name, force=force, progress=True)
     print(path)  # stdout carries only the path, so `$(optima models pull X)` works in scripts
 
@@ -52,7 +51,7 @@ def export_cmd(
     from optima_agents.models import resolve_model
     from optima_train.adapter_export import export_adapter
 
-    with reported(OptimaError, ValueError):
+    with reported():
         result = export_adapter(checkpoint, resolve_model(base), out, rank=rank, dtype=dtype, base_name=base)
     table = Table(title=f"{checkpoint} as a rank-{rank} adapter over {base}", show_header=False)
     table.add_row("written to", str(result.folder))

@@ -117,16 +117,24 @@ def run_rollout(*, env_id: str, model: str, backend: str, episodes: int, out: Pa
     return records, engine.last_stats, part
 
 
+def mean_score(records: Sequence[Any]) -> float:
+    """Mean score over the scored episodes (an infra failure or a scoring error is not a wrong answer)."""
+    scored = [r.score for r in records if r.scored]
+    return sum(scored) / len(scored) if scored else float("nan")
+
+
+def mean_tokens(records: Sequence[Any]) -> float:
+    """Mean tokens per episode, over every episode that ran."""
+    return sum(r.total_tokens for r in records) / len(records) if records else float("nan")
+
+
 def summary_table(records: Sequence[Any], stats: Any, *, title: str) -> Table:
     """Mean score (scored episodes only), tokens per episode, speed and failures, as a table."""
-    scored = [r for r in records if r.scored]
-    mean_score = sum(r.score for r in scored) / len(scored) if scored else float("nan")
-    mean_tokens = sum(r.total_tokens for r in records) / len(records) if records else float("nan")
     table = Table(title=title, show_header=False)
     rows = [
         ("episodes", str(len(records))),
-        ("mean score", f"{mean_score:.3f} (over {len(scored)} scored)"),
-        ("mean tokens / episode", f"{mean_tokens:.1f}"),
+        ("mean score", f"{mean_score(records):.3f} (over {sum(r.scored for r in records)} scored)"),
+        ("mean tokens / episode", f"{mean_tokens(records):.1f}"),
         ("mean turns / episode", f"{sum(r.num_turns for r in records) / max(len(records), 1):.1f}"),
         ("generated tokens / s", f"{stats.tokens_per_s:.1f}"),
         ("wall time", f"{stats.wall_s:.1f} s"),
