@@ -15,6 +15,11 @@ LABEL=FILE` adds an `optima eval` result (with `--diagnostics`: the no-talk ceil
 message ablations) as a row. The untrained pair's figures are each run's baseline evaluation
 (`eval.baseline`), read from the first run that has one.
 
+`--previous RESULT_JSON` starts from an earlier result of this script: its runs, evaluations and
+untrained figures are kept, so seeds made on another machine (whose run folders are not here)
+join the ones collected now; a `--run` or `--eval` with the same variant and seed, or label,
+replaces the kept one.
+
 Writes `benchmarks/results/<name>.json` and `.md`.
 """
 
@@ -60,6 +65,17 @@ def read_run(folder: Path) -> dict[str, Any]:
     return out
 
 
+def previous_runs(path: Path) -> tuple[dict[str, dict[int, dict[str, Any]]], dict[str, Any], dict[str, Any], list[str]]:
+    """The runs (by variant and seed), evaluations, untrained figures and commands of an earlier result."""
+    if not path.is_file():
+        raise SystemExit(f"--previous: no result file at {path}; give a JSON this script wrote "
+                         "(benchmarks/results/<name>.json)")
+    payload = json.loads(path.read_text())
+    runs = {variant: {int(seed): run for seed, run in seeds.items()} for variant, seeds in payload["runs"].items()}
+    commands = [*payload.get("earlier_commands", []), payload["command"]]
+    return runs, dict(payload.get("evals") or {}), dict(payload.get("untrained") or {}), commands
+
+
 def spread(values: Sequence[float]) -> dict[str, Any]:
     """Mean, sample standard deviation (0 for one value), range and count."""
     return {"mean": statistics.fmean(values), "stdev": statistics.stdev(values) if len(values) > 1 else 0.0,
@@ -85,6 +101,8 @@ def report(payload: dict[str, Any]) -> str:
     base, odds = payload["untrained"], payload["chance"]
     lines = [f"# iSFT on `referential-game`: plain against informative-only selection", "",
              f"Command: `{payload['command']}`", "",
+             *[f"Runs kept from an earlier collection: `{c}`" for c in payload.get("earlier_commands", [])],
+             *([""] if payload.get("earlier_commands") else []),
              f"Held-out set: {base.get('episodes', '?')} `referential-game` games, {base.get('env_kwargs', {})}, "
              "greedy, reset seeds 1,000,000 + i. Untrained pair (the embedded SmolLM2-135M): "
              f"**{base.get('score', float('nan')):.3f}** at {base.get('tokens', float('nan')):.1f} tokens per game; "
@@ -137,10 +155,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", action="append", default=[], help="VARIANT:SEED=RUN_DIR (repeatable).")
     parser.add_argument("--eval", action="append", default=[], help="LABEL=EVAL_JSON (repeatable).")
+    parser.add_argument("--previous", type=Path, help="An earlier result JSON of this script whose runs to keep.")
     parser.add_argument("--name", default="isft_referential", help="Result file name under benchmarks/results/.")
     args = parser.parse_args(argv)
-    runs: dict[str, dict[int, dict[str, Any]]] = {}
-    untrained: dict[str, Any] = {}
+    runs, evals, untrained, earlier = previous_runs(ROOT / args.previous) if args.previous else ({}, {}, {}, [])
     for item in args.run:
         label, _, folder = item.partition("=")
         variant, _, seed = label.partition(":")
@@ -149,12 +167,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         run = read_run(ROOT / folder)
         runs.setdefault(variant, {})[int(seed)] = run
         untrained = untrained or run.get("baseline", {})
-    evals = {}
     for item in args.eval:
         label, _, path = item.partition("=")
         evals[label] = json.loads((ROOT / path).read_text())
     kwargs = untrained.get("env_kwargs", {"min_candidates": 4, "max_candidates": 6})
-    payload = {"command": invocation("game_training.py"), "untrained": untrained,
+    payload = {"command": invocation("game_training.py"), "earlier_commands": earlier, "untrained": untrained,
                "chance": chance(kwargs.get("min_candidates", 4), kwargs.get("max_candidates", 6)),
                "aggregate": aggregate(runs), "runs": {v: {str(s): r for s, r in seeds.items()} for v, seeds in runs.items()},
                "evals": evals}

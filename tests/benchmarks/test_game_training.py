@@ -1,0 +1,64 @@
+"""The game-training collector aggregates over the seeds that reached each iteration and keeps
+the runs of an earlier result when their folders are not on this machine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import game_training
+from benchmarks.game_training import aggregate, chance, previous_runs
+
+
+def _run(*scores):
+    return {"iterations": [{"iteration": i, "score": s, "score_ci": [s - 0.05, s + 0.05], "tokens": 55.0,
+                            "kept_dialogues": 100, "kept_examples": 200, "candidates": 1536, "uninformative": 0}
+                           for i, s in enumerate(scores)]}
+
+
+def test_chance_is_the_mean_of_one_over_k():
+    assert chance(4, 6) == pytest.approx((1 / 4 + 1 / 5 + 1 / 6) / 3)
+
+
+def test_each_iteration_is_averaged_over_the_seeds_that_reached_it():
+    rows = aggregate({"informative": {0: _run(0.2, 0.3, 0.4), 1: _run(0.2, 0.2)}})["informative"]
+    assert [r["seeds"] for r in rows] == [[0, 1], [0, 1], [0]]
+    assert rows[1]["score"]["mean"] == pytest.approx(0.25)
+    assert rows[2]["score"] == {"mean": 0.4, "stdev": 0.0, "min": 0.4, "max": 0.4, "n": 1}
+
+
+def test_an_earlier_result_keeps_its_runs_and_a_new_run_replaces_the_same_seed(tmp_path, monkeypatch):
+    earlier = {"command": "python benchmarks/game_training.py --run informative:0=runs/a",
+               "untrained": {"score": 0.0, "tokens": 190.3, "episodes": 200,
+                             "env_kwargs": {"min_candidates": 4, "max_candidates": 6}},
+               "runs": {"informative": {"0": _run(0.2, 0.3), "2": _run(0.1)}},
+               "evals": {"shipped": {"score": {"mean": 0.4, "low": 0.34, "high": 0.47}, "tokens": {"mean": 55.0}}}}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    runs, evals, untrained, commands = previous_runs(tmp_path / "earlier.json")
+    assert sorted(runs["informative"]) == [0, 2] and evals == earlier["evals"]
+    assert untrained["tokens"] == 190.3 and commands == [earlier["command"]]
+
+    seed2 = tmp_path / "runs" / "seed2"
+    (seed2 / "iter_000" / "selection").mkdir(parents=True)
+    (seed2 / "summary.json").write_text(json.dumps({"iterations": [
+        {"iteration": i, "heldout_score": s, "heldout_score_ci": [s, s], "heldout_tokens": 54.0,
+         "kept_dialogues": 50, "kept_examples": 100} for i, s in enumerate((0.15, 0.35))]}))
+    monkeypatch.setattr(game_training, "ROOT", tmp_path)
+    monkeypatch.setattr(game_training, "RESULTS", tmp_path / "results")
+    written = {}
+    monkeypatch.setattr(game_training, "write_result", lambda name, payload: written.update(payload))
+    monkeypatch.setattr(game_training, "write_report", lambda path, text: written.update(report=text))
+    game_training.main(["--previous", "earlier.json", "--run", "informative:2=runs/seed2"])
+
+    kept = written["runs"]["informative"]
+    assert [it["score"] for it in kept["0"]["iterations"]] == [0.2, 0.3]
+    assert [it["score"] for it in kept["2"]["iterations"]] == [0.15, 0.35]
+    assert written["aggregate"]["informative"][1]["score"]["mean"] == pytest.approx(0.325)
+    assert written["earlier_commands"] == [earlier["command"]]
+    assert "Runs kept from an earlier collection" in written["report"]
+
+
+def test_a_missing_earlier_result_is_refused_with_the_fix(tmp_path):
+    with pytest.raises(SystemExit, match="no result file"):
+        previous_runs(tmp_path / "nope.json")
