@@ -1,0 +1,225 @@
+"""What this machine can do for a model, measured: matrix-product GFLOP/s at the model's own
+shapes (float32, and bfloat16 where the CPU runs it natively) and memory copy bandwidth, so a
+throughput result can say how far it is from the hardware.
+
+    python benchmarks/machine_ceiling.py                    # the embedded model's shapes
+    python benchmarks/machine_ceiling.py --model DIR --repeats 5
+
+For each linear layer of a decoder block (q, k, v, o, gate, up, down) and the LM head, a product
+of `rows x in_features` activations by the `in_features x out_features` weight is timed at
+several row counts: 1 row is one decode step of one sequence, 64 rows a batch of decode steps or
+a short prefill, 1,024 a long prefill. The per-token rate of a whole forward pass is the layer
+rates weighted by their FLOPs (`forward_ceiling`), the figure a generation or training
+throughput result divides its own FLOPs by (`workload_ceiling_s`). Bandwidth is the median of
+repeated copies of a 256 MiB tensor (read + write counted).
+
+Writes `benchmarks/results/machine_ceiling.json` and `.md`; the CPU kind (AMX, AVX512-BF16 or
+AVX2 only) is in both, since every figure depends on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
+
+ROWS = (1, 8, 64, 256, 1024)
+
+
+@dataclass(frozen=True)
+class ModelShapes:
+    """The matrix shapes of a Llama-style decoder, from its config.json."""
+
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    layers: int
+    vocab: int
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "ModelShapes":
+        return cls(hidden=config["hidden_size"], intermediate=config["intermediate_size"],
+                   heads=config["num_attention_heads"],
+                   kv_heads=config.get("num_key_value_heads", config["num_attention_heads"]),
+                   layers=config["num_hidden_layers"], vocab=config["vocab_size"])
+
+    def linears(self) -> dict[str, tuple[int, int]]:
+        """(in_features, out_features) of each product a token goes through once per layer, and
+        the LM head once per token."""
+        head_dim = self.hidden // self.heads
+        kv = self.kv_heads * head_dim
+        return {"q": (self.hidden, self.hidden), "k": (self.hidden, kv), "v": (self.hidden, kv),
+                "o": (self.hidden, self.hidden), "gate": (self.hidden, self.intermediate),
+                "up": (self.hidden, self.intermediate), "down": (self.intermediate, self.hidden),
+                "lm_head": (self.hidden, self.vocab)}
+
+    def layer_count(self, name: str) -> int:
+        return 1 if name == "lm_head" else self.layers
+
+    def forward_flops_per_token(self) -> float:
+        """Multiply-adds of the linear layers for one token, times 2 (attention scores over the
+        context are left out: at these context lengths they are a few percent)."""
+        return sum(2.0 * i * o * self.layer_count(n) for n, (i, o) in self.linears().items())
+
+
+def cpu_kind() -> str:
+    """AMX, AVX512-BF16 or AVX2: which bf16 path this CPU has (Linux /proc/cpuinfo)."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown"
+    if "amx_bf16" in flags:
+        return "AMX"
+    if "avx512_bf16" in flags:
+        return "AVX512-BF16"
+    return "AVX2" if "avx2" in flags else "no AVX2"
+
+
+def native_bf16(kind: str) -> bool:
+    return kind in ("AMX", "AVX512-BF16")
+
+
+def median_seconds(run: Callable[[], Any], *, repeats: int, min_time_s: float = 0.2) -> float:
+    """Median over `repeats` timings of one call; each timing repeats the call until it has run
+    for `min_time_s`, so small products are not timer noise."""
+    run()
+    times = []
+    for _ in range(repeats):
+        calls, start = 0, time.perf_counter()
+        while True:
+            run()
+            calls += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_time_s:
+                break
+        times.append(elapsed / calls)
+    return statistics.median(times)
+
+
+def matmul_gflops(rows: int, in_features: int, out_features: int, dtype: Any, repeats: int) -> float:
+    """GFLOP/s of `rows x in` @ `in x out` in `dtype` (the weight stored as nn.Linear stores it)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, in_features, generator=generator).to(dtype)
+    w = torch.randn(out_features, in_features, generator=generator).to(dtype)
+    with torch.inference_mode():
+        seconds = median_seconds(lambda: torch.nn.functional.linear(x, w), repeats=repeats)
+    return 2.0 * rows * in_features * out_features / seconds / 1e9
+
+
+def copy_bandwidth_gbs(repeats: int, mib: int = 256) -> float:
+    """GB/s of a large tensor copy, counting the bytes read and the bytes written."""
+    import torch
+
+    src = torch.ones(mib * 2**20 // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    seconds = median_seconds(lambda: dst.copy_(src), repeats=repeats)
+    return 2 * src.numel() * 4 / seconds / 1e9
+
+
+def forward_ceiling(shapes: ModelShapes, gflops: dict[str, float]) -> float:
+    """GFLOP/s of a whole forward pass at one row count: the time of each product at its
+    measured rate, summed over the layers (a FLOP-weighted harmonic mean)."""
+    flops = {n: 2.0 * i * o * shapes.layer_count(n) for n, (i, o) in shapes.linears().items()}
+    seconds = sum(f / (gflops[n] * 1e9) for n, f in flops.items())
+    return sum(flops.values()) / seconds / 1e9
+
+
+def workload_ceiling_s(flops_per_token: float, decode_tokens: int, prefill_tokens: int,
+                       decode_gflops: float, prefill_gflops: float) -> float:
+    """The fewest seconds a workload can take at the measured rates: decode tokens at the
+    decode-shaped rate, prefill tokens (the prompt tokens not served from a prefix cache) at the
+    prefill-shaped rate. A measured time divided into this is the share of the ceiling reached."""
+    return (flops_per_token * decode_tokens / (decode_gflops * 1e9)
+            + flops_per_token * prefill_tokens / (prefill_gflops * 1e9))
+
+
+def measure(shapes: ModelShapes, dtypes: Sequence[str], repeats: int) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    out: dict[str, Any] = {}
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        per_layer = {rows: {layer: matmul_gflops(rows, i, o, dtype, repeats)
+                            for layer, (i, o) in shapes.linears().items()} for rows in ROWS}
+        out[name] = {"per_layer": {str(r): v for r, v in per_layer.items()},
+                     "forward": {str(r): forward_ceiling(shapes, v) for r, v in per_layer.items()}}
+    out["copy_bandwidth_gbs"] = copy_bandwidth_gbs(repeats)
+    return out
+
+
+def report(payload: dict[str, Any]) -> str:
+    shapes, kind = payload["shapes"], payload["cpu_kind"]
+    per_token = payload["forward_gflop_per_token"]
+    lines = ["# Machine ceiling: matrix products at the model's shapes, and memory bandwidth", "",
+             f"Command: `{payload['command']}`", "",
+             f"CPU: {kind}, {payload['threads']} threads, torch {payload['torch']}. Model shapes: hidden "
+             f"{shapes['hidden']}, intermediate {shapes['intermediate']}, {shapes['layers']} layers, vocabulary "
+             f"{shapes['vocab']}: {per_token:.3f} GFLOP per token of forward pass (linear layers), about 3x that "
+             f"per trained token (forward and backward). Median of {payload['repeats']} timings.", "",
+             "## Whole forward pass (GFLOP/s, the layers weighted by their FLOPs) and the token rate it allows", "",
+             "| dtype | rows | GFLOP/s | forward tokens/s at that rate |", "|---|---|---|---|"]
+    for dtype in payload["dtypes"]:
+        for rows, rate in payload["results"][dtype]["forward"].items():
+            lines.append(f"| {dtype} | {rows} | {rate:.1f} | {rate / per_token:.0f} |")
+    lines += ["", "## Per product (GFLOP/s)", "", "| dtype | rows | " + " | ".join(shapes_names(payload)) + " |",
+              "|---|---|" + "---|" * len(shapes_names(payload))]
+    for dtype in payload["dtypes"]:
+        for rows, layers in payload["results"][dtype]["per_layer"].items():
+            lines.append(f"| {dtype} | {rows} | " + " | ".join(f"{layers[n]:.1f}" for n in shapes_names(payload)) + " |")
+    lines += ["", f"Memory copy bandwidth (read + write): **{payload['results']['copy_bandwidth_gbs']:.1f} GB/s**. "
+              "Decoding one token of one sequence reads every weight once, so at batch 1 the rate is bounded by "
+              f"bandwidth: {payload['results']['copy_bandwidth_gbs'] / max(payload['weight_gb'], 1e-9):.0f} "
+              f"tokens/s for {payload['weight_gb'] * 1e3:.0f} MB of float32 weights."]
+    return "\n".join(lines) + "\n"
+
+
+def shapes_names(payload: dict[str, Any]) -> list[str]:
+    first = payload["dtypes"][0]
+    return list(next(iter(payload["results"][first]["per_layer"].values())))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m", help="Registry name or model folder (its config.json).")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtypes", default="auto", help="Comma-separated torch dtypes; auto: float32, plus "
+                        "bfloat16 where the CPU runs it natively.")
+    parser.add_argument("--name", default="machine_ceiling")
+    args = parser.parse_args(argv)
+    import torch
+
+    from optima_agents.models.resolve import resolve_model
+
+    config = json.loads((Path(resolve_model(args.model)) / "config.json").read_text())
+    shapes = ModelShapes.from_config(config)
+    kind = cpu_kind()
+    dtypes = (["float32", "bfloat16"] if native_bf16(kind) else ["float32"]) if args.dtypes == "auto" \
+        else args.dtypes.split(",")
+    params = sum(i * o * shapes.layer_count(n) for n, (i, o) in shapes.linears().items())
+    payload = {"command": invocation("machine_ceiling.py", argv), "cpu_kind": kind, "threads": os.cpu_count(),
+               "torch": torch.__version__, "repeats": args.repeats, "shapes": asdict(shapes),
+               "forward_gflop_per_token": shapes.forward_flops_per_token() / 1e9, "weight_gb": params * 4 / 1e9,
+               "dtypes": dtypes, "results": measure(shapes, dtypes, args.repeats)}
+    write_result(args.name, payload)
+    text = report(payload)
+    write_report(RESULTS / f"{args.name}.md", text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

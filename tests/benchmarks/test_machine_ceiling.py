@@ -1,0 +1,46 @@
+"""The ceiling benchmark's arithmetic: FLOPs per token from a config, the layer-weighted rate,
+and the fewest seconds a workload can take."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.machine_ceiling import ModelShapes, forward_ceiling, report, workload_ceiling_s
+
+SMOLLM2_135M = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,
+                "num_key_value_heads": 3, "num_hidden_layers": 30, "vocab_size": 49152}
+
+
+def test_the_embedded_model_costs_about_0_27_gflop_per_token():
+    shapes = ModelShapes.from_config(SMOLLM2_135M)
+    assert shapes.linears()["k"] == (576, 192)
+    # 30 layers of q, k, v, o, gate, up, down plus the LM head: 134.5M multiply-adds.
+    assert shapes.forward_flops_per_token() == pytest.approx(2 * (30 * 3_538_944 + 576 * 49152))
+
+
+def test_the_forward_rate_is_the_flop_weighted_harmonic_mean():
+    shapes = ModelShapes.from_config(SMOLLM2_135M)
+    same = {name: 50.0 for name in shapes.linears()}
+    assert forward_ceiling(shapes, same) == pytest.approx(50.0)
+    slow_head = {**same, "lm_head": 25.0}
+    flops = {n: 2.0 * i * o * shapes.layer_count(n) for n, (i, o) in shapes.linears().items()}
+    head_share = flops["lm_head"] / sum(flops.values())
+    assert forward_ceiling(shapes, slow_head) == pytest.approx(50.0 / (1 - head_share + 2 * head_share))
+
+
+def test_a_workload_ceiling_adds_decode_and_prefill_at_their_own_rates():
+    assert workload_ceiling_s(1e9, decode_tokens=100, prefill_tokens=400,
+                              decode_gflops=50.0, prefill_gflops=200.0) == pytest.approx(2.0 + 2.0)
+
+
+def test_the_report_states_the_cpu_and_the_token_rate():
+    shapes = ModelShapes.from_config(SMOLLM2_135M)
+    layers = {name: 100.0 for name in shapes.linears()}
+    payload = {"command": "python benchmarks/machine_ceiling.py", "cpu_kind": "AVX2", "threads": 2,
+               "torch": "2.13.0", "repeats": 3, "shapes": vars(shapes),
+               "forward_gflop_per_token": shapes.forward_flops_per_token() / 1e9, "weight_gb": 0.54,
+               "dtypes": ["float32"], "results": {"float32": {"per_layer": {"64": layers}, "forward": {"64": 100.0}},
+                                                   "copy_bandwidth_gbs": 12.0}}
+    text = report(payload)
+    assert "CPU: AVX2" in text and "| float32 | 64 | 100.0 | 372 |" in text
+    assert "12.0 GB/s" in text and "22 tokens/s" in text
