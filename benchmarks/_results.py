@@ -1,6 +1,6 @@
 """Write benchmark results under benchmarks/results/ (JSON with the machine they ran on, and
 markdown reports), naming no folder of that machine: every path and command in them is written
-portably (`$OPTIMA_DATA_DIR/...`, repository-relative, `~/...`; `optima_train.portable_paths`),
+portably (`$OPTIMA_DATA_DIR/...`, repository-relative, `~/...`; `optima_eval.portable_paths`),
 so a reader can run the command again and see where the data came from."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def machine() -> dict[str, Any]:
 
 def write_result(name: str, payload: dict[str, Any]) -> Path:
     """Write `<name>.json` under RESULTS: the payload, when and on what it ran, paths portable."""
-    from optima_train.portable_paths import portable_json
+    from optima_eval.portable_paths import portable_json
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     record = {
@@ -39,7 +39,7 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
 
 def write_report(path: Path, text: str) -> Path:
     """Write a markdown result with its paths portable (see the module doc)."""
-    from optima_train.portable_paths import portable_text
+    from optima_eval.portable_paths import portable_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(portable_text(text))
@@ -49,6 +49,6 @@ def write_report(path: Path, text: str) -> Path:
 def invocation(script: str, argv: Sequence[str] | None = None) -> str:
     """The command that ran `benchmarks/<script>` with `argv` (default: this process's), as a
     result records it: runnable again from the repository root of another machine."""
-    from optima_train.portable_paths import command_line
+    from optima_eval.portable_paths import command_line
 
     return command_line(["python", f"benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])

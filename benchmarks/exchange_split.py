@@ -65,8 +65,8 @@ def split_scores(outcomes: Iterable[Mapping[str, Any]], places: Mapping[int, str
 def heldout_places(description: Mapping[str, Any]) -> dict[int, str]:
     """Position -> answer place, for a cell's recorded held-out set (its data read from the files
     the cell recorded: `recorded_env_kwargs`)."""
-    from optima_agents.heldout import HeldOut
-    from optima_train.leaderboard.cells import recorded_env_kwargs
+    from optima_eval.heldout import HeldOut
+    from optima_eval.leaderboard.cells import recorded_env_kwargs
 
     heldout = description["heldout"]
     kwargs = recorded_env_kwargs(description)

@@ -266,7 +266,7 @@ def projection(method: str, report: dict[str, Any], smoke: dict[str, Any], full:
 
 
 def reproject() -> None:
-    from optima_train.portable_paths import portable_json
+    from optima_eval.portable_paths import portable_json
 
     path = Path(__file__).resolve().parent / "results" / f"{NAME}.json"
     data = json.loads(path.read_text())

@@ -3,12 +3,12 @@
     python benchmarks/portable_results.py --data-root ../shared/data
 
 Every board folder under `benchmarks/results/` (one holding `cells/` and `leaderboard.json`) is
-migrated to the current cell identity (`optima_train.leaderboard.migrate`: cells keyed by what
+migrated to the current cell identity (`optima_eval.leaderboard.migrate`: cells keyed by what
 their data and model are, not where; the index and the other result files that name its cells
 follow the new keys; its reports rendered again). Then every other text result (json, jsonl, md,
 txt, csv) has its absolute paths written portably: `$OPTIMA_DATA_DIR/...` under the data folder,
 a pulled model by its name, repository-relative inside this checkout, `~/...` under the home
-folder (`optima_train.portable_paths`). PNGs are left as they are.
+folder (`optima_eval.portable_paths`). PNGs are left as they are.
 
 `--data-root` is the data folder the results were made with (`$OPTIMA_DATA_DIR` then; default:
 its value now). A second run writes nothing. A path outside all of those folders stays as it
@@ -46,8 +46,8 @@ def other_text_files(results: Path, board_folders: Sequence[Path]) -> list[Path]
 def make_portable(results: Path, data_root: str | None) -> list[Path]:
     """Migrate the boards under `results`, then write every other text result's paths portably;
     returns the files written."""
-    from optima_train.leaderboard.migrate import migrate_board, rewrite_portably
-    from optima_train.portable_paths import Roots
+    from optima_eval.leaderboard.migrate import migrate_board, rewrite_portably
+    from optima_eval.portable_paths import Roots
 
     roots = Roots.here(data_root)
     if roots.data is not None:

@@ -183,7 +183,7 @@ def trajectory(rows: Sequence[dict[str, Any]], index: Sequence[dict[str, Any]], 
     """The plot's inputs from a result's rows and its board: one line of stages per seed, the
     untrained baselines of the same task and precision, and the `solo` cell's score when the
     board has one (the no-talk ceiling)."""
-    from optima_train.leaderboard.trajectory import Point
+    from optima_eval.leaderboard.trajectory import Point
 
     runs: dict[str, list[Any]] = {}
     for row in rows:
@@ -199,7 +199,7 @@ def trajectory(rows: Sequence[dict[str, Any]], index: Sequence[dict[str, Any]], 
 
 def plot_result(name: str, result: dict[str, Any], index: Sequence[dict[str, Any]], base_label: str) -> Path:
     """`benchmarks/results/<name>.png`: the trajectory of every seed of a result."""
-    from optima_train.leaderboard.trajectory import plot_trajectory
+    from optima_eval.leaderboard.trajectory import plot_trajectory
 
     runs, baselines, ceiling = trajectory(result["rows"], index, base_label, result["best_baseline"]["dtype"])
     title = f"{result['task']}: training stages per seed ({result['best_baseline']['dtype']}, held-out questions)"
@@ -252,7 +252,7 @@ def main() -> None:
         print(plot_result(args.name, result, index, args.base_label))
         return
 
-    from optima_train.leaderboard import LeaderboardConfig, run_leaderboard, write_reports
+    from optima_eval.leaderboard import LeaderboardConfig, run_leaderboard, write_reports
 
     seeds = [int(s) for s in args.seeds.split(",")]
     if len(seeds) < 2:

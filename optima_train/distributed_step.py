@@ -21,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Mapping
 
-from optima_train.run_dir import atomic_dir, atomic_write_json
+from optima_envs.atomic_files import atomic_dir, atomic_write_json
 from optima_train.trl_glue import count_trainable, load_for_training, lora_config
 
 __all__ = ["main", "run_step"]

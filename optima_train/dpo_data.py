@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, chat_messages
 from optima_agents.mcts import PairExtraction, Tree
-from optima_train.run_dir import atomic_write_parquet
+from optima_envs.atomic_files import atomic_write_parquet
 
 __all__ = ["pair_rows", "pair_statistics", "read_pairs", "to_dpo_dataset", "write_pairs", "write_trees"]
 

@@ -31,9 +31,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
 
+from optima_envs.atomic_files import atomic_write_json
 from optima_envs.errors import ConfigError
 from optima_train.config_io import config_to_dict
-from optima_train.run_dir import RunDir, atomic_write_json, read_json
+from optima_train.run_dir import RunDir, read_json
 
 __all__ = ["IterativeTrainer", "PolicyFactory", "StepHook", "log_scalars"]
 
@@ -253,8 +254,8 @@ class IterativeTrainer:
 
     def _evaluation(self, folder: Path, model: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Greedy held-out dialogues of `model` (the same questions and seeds for every model)."""
+        from optima_eval.evaluation import evaluate
         from optima_train.buffers import write_episodes
-        from optima_train.evaluation import evaluate
 
         cfg = self.config
         policy = self._policy_for(model, self._eval_sampling())
@@ -320,7 +321,7 @@ class IterativeTrainer:
             served = self._served_as_adapter(loaded, policy, model)
             if served is not None:
                 return served.with_sampling(sampling)
-        from optima_train.evaluation import build_policy
+        from optima_eval.evaluation import build_policy
 
         self.close()  # free the previous model before loading the next
         s = self._sampler

@@ -21,7 +21,7 @@
 folder without one holds a partial attempt and is wiped before the step reruns; only its
 `<step>.progress/` sibling (parts a long step has finished, e.g. MCTS search rounds) is kept for
 the rerun, and removed with the step's `DONE.json`. Every file is
-written to a temporary name and renamed into place, so a kill at any moment leaves either the
+written to a temporary name and renamed into place (`optima_envs.atomic_files`), so a kill at any moment leaves either the
 old state or the new one. Restarting the same command therefore resumes at the first step
 without a marker and loses nothing finished.
 """
@@ -33,16 +33,15 @@ import json
 import os
 import shutil
 import socket
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import yaml
 
+from optima_envs.atomic_files import atomic_write_json, atomic_write_text
 from optima_envs.errors import ConfigError, OptimaError
 
-__all__ = ["ISFT_STEPS", "RunDir", "RunLockedError", "atomic_dir", "atomic_write_bytes", "atomic_write_json",
-           "atomic_write_parquet", "atomic_write_text", "read_json"]
+__all__ = ["ISFT_STEPS", "RunDir", "RunLockedError", "read_json"]
 
 ISFT_STEPS = ("generation", "scoring", "selection", "training", "evaluation")
 DONE = "DONE.json"
@@ -52,61 +51,8 @@ class RunLockedError(OptimaError, RuntimeError):
     """Raised when another live process is already running in the same run directory."""
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file in the same folder and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
-
-
-def atomic_write_parquet(path: str | Path, rows: Sequence[Mapping[str, Any]], schema: Any) -> Path:
-    """Write `rows` as one Parquet table of `schema` (a pyarrow schema) atomically: a reader sees
-    the old file or the whole new one, never a part (the table is built in memory first)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pylist([dict(r) for r in rows], schema=schema), sink)
-    atomic_write_bytes(path, sink.getvalue().to_pybytes())
-    return Path(path)
-
-
 def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
-@contextlib.contextmanager
-def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary sibling folder; on success it replaces `path` in one rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        yield tmp
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _pid_alive(pid: int) -> bool:

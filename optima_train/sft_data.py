@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, chat_messages
+from optima_envs.atomic_files import atomic_write_parquet
 from optima_envs.errors import OptimaError
-from optima_train.run_dir import atomic_write_parquet
 
 __all__ = ["SFTExample", "TemplateMaskError", "agent_view", "assistant_mask", "build_sft_examples",
            "keep_start", "plain_system_prompts", "write_sft_dataset"]

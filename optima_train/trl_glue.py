@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from optima_envs.atomic_files import atomic_dir, atomic_write_json
 from optima_envs.errors import OptimaError
 from optima_train.config_base import report_targets
-from optima_train.run_dir import atomic_dir, atomic_write_json, read_json
+from optima_train.run_dir import read_json
 
 __all__ = ["TrainRun", "TrainingLaunchError", "count_trainable", "finish_training", "launch_training",
            "load_for_training", "lora_config", "quiet_progress", "train_with", "training_args"]

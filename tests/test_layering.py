@@ -1,6 +1,11 @@
-"""The packages form layers: optima_envs at the bottom, optima_agents above it, optima_train on
-top. A lower package never imports a higher one, at module level or inside a function, so each
-layer can be used (and tested) without the ones above it."""
+"""The packages form layers: optima_envs at the bottom, optima_agents above it, then optima_eval
+(the held-out set, the systems, evaluation and the leaderboard), optima_train on top. A lower
+package never imports a higher one, at module level or inside a function, so each layer can be
+used (and tested) without the ones above it.
+
+Within the packages no two modules import each other when they are imported: such a pair only
+loads in one order, and whichever is imported second finds the first half-initialised. An import
+inside a function, or under `if TYPE_CHECKING:`, runs after both are loaded and is not counted."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("optima_envs", "optima_agents", "optima_train")
+LAYERS = ("optima_envs", "optima_agents", "optima_eval", "optima_train")
 
 
 def imported_modules(tree: ast.AST, module: str) -> list[tuple[int, str]]:
@@ -46,6 +51,58 @@ def higher_imports(package: str) -> list[str]:
 @pytest.mark.parametrize("package", LAYERS[:-1])
 def test_no_package_imports_a_higher_one(package):
     assert higher_imports(package) == []
+
+
+class _AtImport(ast.NodeTransformer):
+    """Keeps only the statements that run when the module is imported: function bodies and
+    `if TYPE_CHECKING:` blocks are dropped (class bodies and other branches stay)."""
+
+    def visit_FunctionDef(self, node: ast.AST) -> None:
+        return None
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_If(self, node: ast.If) -> ast.AST:
+        if "TYPE_CHECKING" in ast.unparse(node.test):
+            node.body = []
+        return self.generic_visit(node)
+
+
+def import_time_edges(tree: ast.AST, module: str, known: set[str]) -> set[str]:
+    """The modules of `known` that `tree` (the source of `module`) imports when it is imported;
+    `from package import sub` imports the module `package.sub` when there is one."""
+    edges = set()
+    for node in ast.walk(_AtImport().visit(tree)):
+        if isinstance(node, ast.ImportFrom):
+            [(_, base)] = imported_modules(node, module)
+            edges |= {name if name in known else base for name in (f"{base}.{a.name}" for a in node.names)}
+        elif isinstance(node, ast.Import):
+            edges |= {name for _, name in imported_modules(node, module)}
+    return edges & known
+
+
+def mutual_imports() -> list[str]:
+    files = {}
+    for package in LAYERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = (path, ".".join(parts))
+    known = set(files)
+    graph = {name: import_time_edges(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), module, known)
+             for name, (path, module) in files.items()}
+    return sorted(f"{a} <-> {b}" for a, edges in graph.items() for b in edges if a < b and a in graph[b])
+
+
+def test_no_two_modules_import_each_other():
+    assert mutual_imports() == []
+
+
+def test_the_cycle_check_sees_what_runs_at_import():
+    source = ("from typing import TYPE_CHECKING\nfrom . import sub, name\nfrom .other import x\n"
+              "if TYPE_CHECKING:\n    from pkg.typed import T\n"
+              "def f():\n    import pkg.late\n")
+    known = {"pkg", "pkg.sub", "pkg.other", "pkg.typed", "pkg.late"}
+    assert import_time_edges(ast.parse(source), "pkg.mod", known) == {"pkg", "pkg.sub", "pkg.other"}
 
 
 def test_the_check_sees_function_local_and_relative_imports():

@@ -31,9 +31,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from optima_envs.atomic_files import atomic_write_text
 from optima_envs.errors import OptimaError
 from optima_train.buffers.schema import EPISODE_SCHEMA
-from optima_train.run_dir import atomic_write_text
 
 __all__ = ["MANIFEST_NAME", "REJECTED_DIR", "BufferCorruptError", "BufferWarning", "PartEntry", "add_part",
            "check_columns", "file_digest", "read_manifest", "write_manifest"]

@@ -38,8 +38,8 @@ def demo(
     oracle: bool = typer.Option(False, "--oracle", help="Play the games with a scripted oracle instead of models."),
 ) -> None:
     """Play the same held-out games with the untrained and the trained pair; show both and compare."""
-    from optima_agents.heldout import HeldOut
     from optima_agents.models.registry import AdapterSpec, get_model_spec
+    from optima_eval.heldout import HeldOut
     from optima_train.cli.errors import fail, reported
 
     console = Console(soft_wrap=True)

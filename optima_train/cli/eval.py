@@ -5,11 +5,11 @@
     optima eval --model runs/.../checkpoint --env referential-game --diagnostics   # did the gain come from talking?
 
 Greedy dialogues; writes a JSON with the mean score and mean tokens per dialogue, each with a
-95% bootstrap interval (see `optima_train.evaluation`), plus the per-episode buffer beside it.
+95% bootstrap interval (see `optima_eval.evaluation`), plus the per-episode buffer beside it.
 With `--diagnostics` it also plays the same questions with each agent answering alone (the
 no-talk ceiling) and with the partners' messages swapped for another question's or removed
 (`comm_gain`, paired 95% interval), and splits the score by where each answer lies
-(`optima_train.leaderboard.diagnostics`). Exits 1, after writing both, when no episode could be scored (every one an infra failure or a
+(`optima_eval.leaderboard.diagnostics`). Exits 1, after writing both, when no episode could be scored (every one an infra failure or a
 scoring error): a run that measured nothing must not look like a success.
 """
 
@@ -23,10 +23,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from optima_agents.heldout import HELDOUT_SEED
 from optima_agents.policies.registry import backend_help
 from optima_envs.assignments import parse_assignment
 from optima_envs.errors import OptimaError
+from optima_eval.heldout import HELDOUT_SEED
 from optima_train.cli.errors import FAILED, fail, reported
 
 
@@ -54,12 +54,12 @@ def evaluate(
 ) -> None:
     """Evaluate a model greedily on held-out dialogues: score and tokens with 95% intervals."""
     from optima_agents.policies import SamplingParams
+    from optima_envs.atomic_files import atomic_write_json
     from optima_envs.prompts.format_pool import CONCISE_INSTRUCTION
+    from optima_eval.evaluation import build_policy
+    from optima_eval.evaluation import evaluate as run_eval
+    from optima_eval.portable_paths import portable_json
     from optima_train.buffers import write_episodes
-    from optima_train.evaluation import build_policy
-    from optima_train.evaluation import evaluate as run_eval
-    from optima_train.portable_paths import portable_json
-    from optima_train.run_dir import atomic_write_json
 
     env_kwargs: dict[str, Any] = {}
     if split:
@@ -87,7 +87,7 @@ def evaluate(
                                    seed=seed, options=options, progress=progress, model_name=model)
         found = None
         if diagnostics:
-            from optima_train.leaderboard.diagnostics import diagnose
+            from optima_eval.leaderboard.diagnostics import diagnose
 
             found = diagnose(env_id, env_kwargs, policy, records, seed=seed, first_index=first_index,
                              max_new_tokens=max_new_tokens, format_instruction=options.get("format_instruction"),
@@ -117,7 +117,7 @@ def evaluate(
 
 def _diagnostic_rows(found: dict[str, Any]) -> list[tuple[str, str]]:
     """The diagnostics as table rows."""
-    from optima_train.evaluation import Interval
+    from optima_eval.evaluation import Interval
 
     rows = [("no-talk ceiling (solo)", str(Interval(**found["no_talk"])))]
     for mode, gain in found["comm_gain"].items():

@@ -24,10 +24,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from optima_agents.heldout import HELDOUT_SEED
 from optima_agents.policies.registry import backend_help
 from optima_envs.assignments import parse_assignment
 from optima_envs.errors import ConfigError, OptimaError
+from optima_eval.heldout import HELDOUT_SEED
 from optima_train.cli.errors import fail
 
 
@@ -38,7 +38,7 @@ DATA_ENV = ("OPTIMA_DATA_DIR",)
 def made_by(argv: list[str], environ: Mapping[str, str]) -> str:
     """The command a board row records: the call's arguments, after the data variables it ran
     with, naming no folder of this machine (`command_line`), so a reader can run it again."""
-    from optima_train.portable_paths import command_line
+    from optima_eval.portable_paths import command_line
 
     args = argv[1:] if argv[:1] == ["leaderboard"] else argv
     return command_line(["optima", "leaderboard", *args], {name: environ.get(name, "") for name in DATA_ENV})
@@ -51,7 +51,7 @@ def _csv(text: str) -> list[str]:
 def _task_sets(items: list[str], tasks: list[str]) -> dict[str, dict[str, Any]]:
     """`--set TASK.option=value` as per-task kwargs; a `$OPTIMA_DATA_DIR/...` value (as recorded
     commands write data folders) is read under this machine's data folder."""
-    from optima_train.portable_paths import expand
+    from optima_eval.portable_paths import expand
 
     out: dict[str, dict[str, Any]] = {}
     for item in items:
@@ -95,7 +95,7 @@ def leaderboard(
     progress: bool = typer.Option(False, "--progress/--no-progress"),
 ) -> None:
     """Compare systems x tasks x models: score against tokens per question, cached per cell."""
-    from optima_train.leaderboard import LeaderboardConfig, plan_cells, run_leaderboard, write_reports
+    from optima_eval.leaderboard import LeaderboardConfig, plan_cells, run_leaderboard, write_reports
 
     console = Console(soft_wrap=True)
     err = Console(stderr=True, soft_wrap=True)
@@ -138,6 +138,6 @@ def leaderboard(
 
 def _import(files: list[Path], out: Path, kwargs: Mapping[str, Mapping[str, Any]]) -> list:
     """The external cell files, validated and stored under the board folder."""
-    from optima_train.leaderboard.external import import_external
+    from optima_eval.leaderboard.external import import_external
 
     return [import_external(path, out, location_kwargs=kwargs) for path in files]

@@ -71,9 +71,9 @@ from typing import Any, Hashable, Mapping, Sequence
 import torch
 import transformers
 
+from optima_envs.atomic_files import atomic_write_parquet
 from optima_train.grpo.grpo_config import GRPOConfig
 from optima_train.loop import IterativeTrainer
-from optima_train.run_dir import atomic_write_parquet
 from optima_train.sampled_dialogues import (
     EPISODES,
     SampledDialogues,

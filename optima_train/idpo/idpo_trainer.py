@@ -15,7 +15,7 @@ Per iteration `i` (the run-dir layout of `optima_train.run_dir`, steps `search`,
    in memory); the adapter is merged and saved as a plain HF folder, `M_{i+1}`. Too few pairs:
    the step records that and `M_{i+1} = M_i`.
 3. **evaluation**: greedy dialogues on the held-out questions with `M_{i+1}`
-   (`optima_train.evaluation`, the same held-out set as iSFT for the same task section).
+   (`optima_eval.evaluation`, the same held-out set as iSFT for the same task section).
 
 Each step writes its `DONE.json` last; a restarted run skips finished steps. The search keeps each
 finished round in `search.progress/` beside its folder, so a killed search resumes at its next
@@ -29,9 +29,10 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+from optima_envs.atomic_files import atomic_write_json
 from optima_train.idpo.idpo_config import IDPOConfig
 from optima_train.loop import IterativeTrainer
-from optima_train.run_dir import atomic_write_json, read_json
+from optima_train.run_dir import read_json
 
 __all__ = ["IDPO_STEPS", "IDPOTrainer", "train_dpo"]
 
@@ -234,7 +235,7 @@ def _save_round(progress: Path, index: int, tree_ids: Sequence[str], result: Any
     texts and observations."""
     import pickle
 
-    from optima_train.run_dir import atomic_write_bytes
+    from optima_envs.atomic_files import atomic_write_bytes
 
     for tree in result.trees:
         for node in tree.nodes:

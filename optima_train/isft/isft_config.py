@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from optima_agents.heldout import HELDOUT_SEED
 from optima_envs.errors import ConfigError
+from optima_eval.heldout import HELDOUT_SEED
 from optima_train.config_base import (
     SCHEDULING_KEYS,
     TRLTrainSection,

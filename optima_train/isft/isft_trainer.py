@@ -24,9 +24,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from optima_envs.atomic_files import atomic_write_json
 from optima_train.isft.isft_config import ISFTConfig
 from optima_train.loop import IterativeTrainer, PolicyFactory, StepHook
-from optima_train.run_dir import atomic_write_json
 from optima_train.sampled_dialogues import (
     EPISODES,
     SampledDialogues,

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from optima_envs.atomic_files import atomic_write_json
 from optima_train.config_io import config_to_dict
 from optima_train.idpo.idpo_trainer import IDPOTrainer
 from optima_train.isft.isft_trainer import ISFTTrainer
 from optima_train.isft_dpo.isft_dpo_config import ISFTDPOConfig, stage_dir
 from optima_train.loop import log_scalars
-from optima_train.run_dir import RunDir, atomic_write_json
+from optima_train.run_dir import RunDir
 
 __all__ = ["ISFTDPOTrainer"]
 

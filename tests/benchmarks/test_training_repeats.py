@@ -107,7 +107,7 @@ def test_seed_facts_of_an_earlier_run_come_from_its_saved_file(tmp_path, monkeyp
 
 def test_the_trajectory_has_one_line_per_seed_with_the_baselines_and_ceiling_of_one_precision(tmp_path):
     from benchmarks.training_repeats import trajectory
-    from optima_train.leaderboard.trajectory import Point, plot_trajectory
+    from optima_eval.leaderboard.trajectory import Point, plot_trajectory
 
     def stage(model, score, tokens):
         return {"model": model, "score": {"mean": score}, "tokens": {"mean": tokens}}

@@ -222,7 +222,7 @@ class TestLoopServesAdapters:
         assert trainer._policy == (str(base), engine)  # the engine still holds the starting weights
 
     def test_a_stack_too_big_for_the_engine_replaces_it(self, trainer, lineage, monkeypatch):
-        import optima_train.evaluation as evaluation
+        import optima_eval.evaluation as evaluation
 
         base, _, two = lineage
         built = []

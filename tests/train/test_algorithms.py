@@ -200,7 +200,7 @@ class Undeclared:
 
 
 def test_the_loop_uses_only_declared_capabilities(tmp_path, monkeypatch):
-    import optima_train.evaluation as evaluation
+    import optima_eval.evaluation as evaluation
 
     built: list = []
     monkeypatch.setattr(evaluation, "build_policy", lambda backend, model, sampling, **kw: built.append(model) or

@@ -45,8 +45,8 @@ leaderboard system that answers with the first word of each question."""
 from dataclasses import dataclass
 
 from optima_agents.policies import Action, PolicyCapabilities, SamplingParams
-from optima_agents.systems import System
-from optima_agents.systems.base import Outcome
+from optima_eval.systems import System
+from optima_eval.systems.base import Outcome
 from optima_train.algorithms import AlgorithmSpec
 
 
@@ -93,9 +93,9 @@ from typer.testing import CliRunner
 from optima_agents.policies import SamplingParams, backend_names, capabilities_of
 from optima_agents.rollout import EpisodeSpec, RolloutEngine
 from optima_envs.errors import ConfigError
+from optima_eval.evaluation import build_policy
 from optima_train.cli import app
 from optima_train.config_io import load_config
-from optima_train.evaluation import build_policy
 from optima_train.isft import ISFTConfig
 
 cfg = load_config(ISFTConfig, sys.argv[1])
@@ -110,8 +110,8 @@ try:
 except ConfigError as error:
     unknown = str(error)
 cli = CliRunner().invoke(app, ["train", "echo-isft", "--config", sys.argv[1], "--iterations", "4", "--print-config"])
-from optima_agents.heldout import HeldOut
-from optima_agents.systems import SystemContext, list_systems, make_system
+from optima_eval.heldout import HeldOut
+from optima_eval.systems import SystemContext, list_systems, make_system
 
 questions = HeldOut(cfg.task.env_id, cfg.task.eval_kwargs(), count=2, seed=0).questions()
 outcomes = make_system("first-word").run(SystemContext(cfg.task.env_id, cfg.task.eval_kwargs(), questions, policy))
@@ -177,7 +177,7 @@ def test_the_venv_itself_has_no_plugin(plugin_site):
     from optima_agents.policies import backend_names
     from optima_train.algorithms import algorithm_names
 
-    from optima_agents.systems import list_systems
+    from optima_eval.systems import list_systems
 
     assert "echo" not in backend_names() and "echo-isft" not in algorithm_names()
     assert "first-word" not in list_systems()

@@ -15,18 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from optima_envs.atomic_files import atomic_write_bytes, atomic_write_json
 from optima_envs.data.common import DATA_DIR_ENV
 from optima_envs.errors import ConfigError
 from optima_train.config_io import config_to_dict, dump_config, from_dict, load_config
 from optima_train.isft import ISFTConfig, ISFTTrainer
-from optima_train.run_dir import (
-    RunDir,
-    RunLockedError,
-    atomic_dir,
-    atomic_write_bytes,
-    atomic_write_json,
-    read_json,
-)
+from optima_train.run_dir import RunDir, RunLockedError, read_json
 from tests.envs.data.fixtures import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,17 +211,6 @@ class TestRunDir:
         assert (progress / "round_000.pkl").read_bytes() == b"kept"
         run.mark_done(0, "search", {})
         assert not progress.exists()
-
-    def test_atomic_writes(self, tmp_path):
-        atomic_write_json(tmp_path / "a.json", {"x": 1})
-        assert read_json(tmp_path / "a.json") == {"x": 1} and [p.name for p in tmp_path.iterdir()] == ["a.json"]
-        with pytest.raises(KeyboardInterrupt), atomic_dir(tmp_path / "ckpt") as tmp:
-            (tmp / "w").write_text("half")
-            raise KeyboardInterrupt  # killed while writing
-        assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
-        with atomic_dir(tmp_path / "ckpt") as tmp:
-            (tmp / "w").write_text("whole")
-        assert (tmp_path / "ckpt" / "w").read_text() == "whole"
 
     def test_config_check(self, tmp_path):
         run = RunDir(tmp_path)

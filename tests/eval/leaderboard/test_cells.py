@@ -1,0 +1,72 @@
+"""Leaderboard cells: a model's fingerprint is its weights' content, and a partial cell keeps what a kill left."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from optima_envs.data.identity import content_digest
+from optima_eval.leaderboard.cells import ModelSpec, append_partial, read_partial
+from optima_eval.systems import Outcome
+
+
+def weights(folder: Path, payload: bytes = b"\x00\x01" * 1000, *, mtime_ns: int | None = None) -> Path:
+    folder.mkdir(parents=True)
+    for name, data in (("config.json", b'{"model_type": "llama"}'), ("model.safetensors", payload),
+                       ("notes.txt", b"not part of the weights"),
+                       ("optima_manifest.json", f'{{"created": "{folder}"}}'.encode())):  # differs per pull
+        (folder / name).write_bytes(data)
+        if mtime_ns is not None:
+            os.utime(folder / name, ns=(mtime_ns, mtime_ns))
+    return folder
+
+
+def test_the_same_weights_pulled_again_elsewhere_keep_their_fingerprint(tmp_path):
+    first = ModelSpec("m", str(weights(tmp_path / "a" / "ckpt", mtime_ns=1_000_000_000)), backend="hf").fingerprint()
+    again = ModelSpec("m", str(weights(tmp_path / "b" / "ckpt", mtime_ns=9_000_000_000)), backend="hf").fingerprint()
+    assert [f[0] for f in first["files"]] == ["config.json", "model.safetensors"]
+    assert first["files"] == again["files"]
+    assert "path" not in first
+
+
+def test_retrained_weights_of_the_same_size_are_a_new_model(tmp_path):
+    folder = weights(tmp_path / "ckpt")
+    before = ModelSpec("m", str(folder), backend="hf").fingerprint()
+    (folder / "model.safetensors").write_bytes(b"\x00\x02" * 1000)
+    after = ModelSpec("m", str(folder), backend="hf").fingerprint()
+    assert before["files"][1][1] == after["files"][1][1] == 2000
+    assert before["files"][1][2] != after["files"][1][2]
+
+
+def test_a_digest_is_read_once_per_file_version(tmp_path, monkeypatch):
+    path = weights(tmp_path / "ckpt") / "model.safetensors"
+    digest = content_digest(path)
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    assert content_digest(path) == digest and opened == []
+    os.utime(path, ns=(5, 5))
+    assert content_digest(path) == digest and opened == [str(path.resolve())]
+
+
+def _outcome(position: int) -> Outcome:
+    return Outcome(position, f"q{position}", "a", 1.0, True, 10)
+
+
+def test_a_partial_file_keeps_each_chunk_and_its_seconds(tmp_path):
+    path = tmp_path / "cell.partial.jsonl"
+    append_partial(path, [_outcome(0), _outcome(1)], seconds=12.34)
+    append_partial(path, [_outcome(2)], seconds=5.0)
+    partial = read_partial(path)
+    assert sorted(partial.outcomes) == [0, 1, 2] and partial.seconds == 17.3
+
+
+def test_a_line_cut_by_a_kill_ends_the_partial_and_untimed_lines_still_count(tmp_path):
+    path = tmp_path / "cell.partial.jsonl"
+    untimed = [json.dumps(_outcome(i).to_dict()) for i in range(2)]
+    cut = json.dumps(_outcome(2).to_dict())[:40]
+    path.write_text("\n".join(untimed + [cut]) + "\n", encoding="utf-8")
+    partial = read_partial(path)
+    assert sorted(partial.outcomes) == [0, 1] and partial.seconds == 0.0
+    assert read_partial(tmp_path / "missing.partial.jsonl").outcomes == {}
