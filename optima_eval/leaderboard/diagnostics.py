@@ -8,6 +8,11 @@
   lies (`optima_envs.core.places`), e.g. on the questions only the partner can answer.
 - `heldout_places(heldout, locations)`: those places for a cell's recorded held-out set (rebuilt from
   the env, so any cell on the board, old or new, can be split).
+- `told_split(...)` / `heldout_told(...)`: on the questions only the partner can answer, how often
+  the partners told the answering seat what it lacked (`optima_envs.core.places.partners_informed`:
+  in a game, the speaker named the target and no other object) and the score when they did and
+  when they did not. It tells a pair whose partner does not say what is needed from one whose
+  answerer does not read it.
 - `diagnose(...)`: all of it for the dialogues `optima eval` played.
 - `normalised_gain(score, no_talk, skyline)`: (score - no-talk) / (skyline - no-talk), where the
   skyline is one agent holding all the evidence (`cot`): 0 at the no-talk ceiling, 1 at the
@@ -21,12 +26,13 @@ import json
 import math
 from typing import Any, Mapping, Sequence
 
-from optima_envs.core.places import PLACES
+from optima_envs.core.places import PLACES, answer_place, partners_informed
 from optima_eval.evaluation import Interval, bootstrap_interval
 from optima_eval.leaderboard.cells import recorded_env_kwargs
 from optima_eval.systems import Outcome
 
-__all__ = ["answer_place_of", "comm_gain", "diagnose", "heldout_places", "normalised_gain", "place_scores"]
+__all__ = ["answer_place_of", "comm_gain", "diagnose", "heldout_places", "heldout_told", "normalised_gain",
+           "place_scores", "told_split"]
 
 
 def comm_gain(base: Sequence[Outcome], ablated: Sequence[Outcome]) -> Interval:
@@ -51,15 +57,57 @@ def heldout_places(heldout: Mapping[str, Any],
     """Position -> answer place for a cell's stored held-out description (and the data files its
     `locations` recorded, read here: `recorded_env_kwargs`); None when the task has no split
     (debate) or its env cannot be built here (e.g. its data folder is missing)."""
-    return _places(json.dumps({"heldout": heldout, "locations": dict(locations or {})}, sort_keys=True))
+    setup = _heldout_setup(_setup_key(heldout, locations))
+    if setup is None:
+        return None
+    task, _, questions = setup
+    places = {q.position: answer_place(task, q.instance, q.evidence) for q in questions}
+    return None if all(p is None for p in places.values()) else places
+
+
+def heldout_told(outcomes: Sequence[Outcome], heldout: Mapping[str, Any],
+                 locations: Mapping[str, Any] | None = None) -> dict[str, Interval] | None:
+    """`told_split` for a cell's outcomes on its stored held-out set; None where it has no meaning."""
+    setup = _heldout_setup(_setup_key(heldout, locations))
+    return None if setup is None else told_split(*setup, outcomes)
+
+
+def told_split(task: Any, agents: Sequence[str], questions: Sequence[Any],
+               outcomes: Sequence[Outcome]) -> dict[str, Interval] | None:
+    """On the partner-only questions of dialogues (outcomes with a transcript): `told`, the share
+    whose partners told the answering seat what it lacked; `score_told` and `score_not_told`, the
+    mean score on each part. None when no such dialogue was scored (single-agent systems, debate)."""
+    by_position = {q.position: q for q in questions}
+    seats = {name: i for i, name in enumerate(agents)}
+    told: list[float] = []
+    parts: dict[bool, list[float]] = {True: [], False: []}
+    for o in outcomes:
+        q = by_position.get(o.position)
+        if q is None or not o.scored or not o.transcript:
+            continue
+        if answer_place(task, q.instance, q.evidence) != "partner":
+            continue
+        messages = [(seats[t["speaker"]], t["text"]) for t in o.transcript if t["speaker"] in seats]
+        informed = bool(partners_informed(task, q.instance, q.evidence, messages))
+        told.append(float(informed))
+        parts[informed].append(float(o.score))
+    if not told:
+        return None
+    return {"told": bootstrap_interval(told), "score_told": bootstrap_interval(parts[True]),
+            "score_not_told": bootstrap_interval(parts[False])}
+
+
+def _setup_key(heldout: Mapping[str, Any], locations: Mapping[str, Any] | None) -> str:
+    return json.dumps({"heldout": heldout, "locations": dict(locations or {})}, sort_keys=True)
 
 
 @functools.lru_cache(maxsize=None)
-def _places(key: str) -> dict[int, str | None] | None:
+def _heldout_setup(key: str) -> tuple[Any, tuple[str, ...], list[Any]] | None:
+    """(task, agent names, questions) of a recorded held-out set, built once per set; None when
+    its env cannot be built here."""
     import optima_envs
-    from optima_envs.core.places import answer_place
-    from optima_envs.errors import OptimaError
     from optima_eval.heldout import HeldOut
+    from optima_envs.errors import OptimaError
 
     recorded = json.loads(key)
     heldout = recorded["heldout"]
@@ -67,11 +115,10 @@ def _places(key: str) -> dict[int, str | None] | None:
         kwargs = recorded_env_kwargs(recorded)
         questions = HeldOut(heldout["env_id"], kwargs, heldout["count"], heldout["seed"],
                             heldout["first_index"]).questions()
-        task = optima_envs.make(heldout["env_id"], **kwargs).task
+        env = optima_envs.make(heldout["env_id"], **kwargs)
     except (OptimaError, OSError):
         return None
-    places = {q.position: answer_place(task, q.instance, q.evidence) for q in questions}
-    return None if all(p is None for p in places.values()) else places
+    return env.unwrapped.task, tuple(env.possible_agents), questions
 
 
 def normalised_gain(score: float, no_talk: float, skyline: float) -> float:
@@ -111,6 +158,9 @@ def diagnose(env_id: str, env_kwargs: Mapping[str, Any], policy: Any, records: S
         out["comm_gain"][mode] = comm_gain(base, ablated).__dict__
     places = {q.position: answer_place_of(q, env_id, env_kwargs) for q in questions}
     out["places"] = {p: i.__dict__ for p, i in place_scores(base, places).items()} if any(places.values()) else None
+    env = _env(env_id, json.dumps(dict(env_kwargs), sort_keys=True, default=str))
+    told = told_split(env.unwrapped.task, env.possible_agents, questions, base)
+    out["told"] = None if told is None else {k: i.__dict__ for k, i in told.items()}
     return out
 
 
@@ -119,15 +169,13 @@ def _interval(outcomes: Sequence[Outcome]) -> Interval:
 
 
 @functools.lru_cache(maxsize=8)
-def _task(env_id: str, kwargs_key: str) -> Any:
+def _env(env_id: str, kwargs_key: str) -> Any:
     import optima_envs
 
-    return optima_envs.make(env_id, **json.loads(kwargs_key)).task
+    return optima_envs.make(env_id, **json.loads(kwargs_key))
 
 
 def answer_place_of(question: Any, env_id: str, env_kwargs: Mapping[str, Any]) -> str | None:
     """Where one held-out question's answer lies (`optima_envs.core.places`)."""
-    from optima_envs.core.places import answer_place
-
-    task = _task(env_id, json.dumps(dict(env_kwargs), sort_keys=True, default=str))
-    return answer_place(task, question.instance, question.evidence)
+    env = _env(env_id, json.dumps(dict(env_kwargs), sort_keys=True, default=str))
+    return answer_place(env.unwrapped.task, question.instance, question.evidence)

@@ -7,7 +7,8 @@ On tasks whose agents hold private information a task's table also says whether 
 from talking (`optima_eval.leaderboard.diagnostics`): `no-talk`, the same model's `solo` score;
 `comm gain`, the score lost when the partners' messages are swapped for another question's or
 removed (from the row's ablation cells, which are not rows of their own); `partner-only`, the
-score on the questions whose answer only the partner holds."""
+score on the questions whose answer only the partner holds; `told`, on those questions, how often
+the partner said what was needed, and the score when it did."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import Sequence
 from optima_envs.atomic_files import atomic_write_json, atomic_write_text
 from optima_eval.evaluation import Interval
 from optima_eval.leaderboard.cells import CellResult, read_cell
-from optima_eval.leaderboard.diagnostics import comm_gain, heldout_places, place_scores
+from optima_eval.leaderboard.diagnostics import comm_gain, heldout_places, heldout_told, place_scores
 
 __all__ = ["Row", "pareto_front", "rows_of", "write_reports"]
 
@@ -60,13 +61,15 @@ class Row:
 class Diagnostics:
     """A row's communication diagnostics (any part may be missing: None)."""
 
-    def __init__(self, no_talk: Interval | None, gains: dict[str, Interval], partner_only: Interval | None):
-        self.no_talk, self.gains, self.partner_only = no_talk, gains, partner_only
+    def __init__(self, no_talk: Interval | None, gains: dict[str, Interval], partner_only: Interval | None,
+                 told: dict[str, Interval] | None = None):
+        self.no_talk, self.gains, self.partner_only, self.told = no_talk, gains, partner_only, told
 
     def to_dict(self) -> dict:
         return {"no_talk": None if self.no_talk is None else self.no_talk.__dict__,
                 "comm_gain": {mode: g.__dict__ for mode, g in self.gains.items()},
-                "partner_only": None if self.partner_only is None else self.partner_only.__dict__}
+                "partner_only": None if self.partner_only is None else self.partner_only.__dict__,
+                "told": None if self.told is None else {k: i.__dict__ for k, i in self.told.items()}}
 
 
 def rows_of(results: Sequence[CellResult]) -> list[Row]:
@@ -89,7 +92,8 @@ def attach_diagnostics(rows: Sequence[Row]) -> list[Row]:
     for r in shown:
         gains = {mode: comm_gain(r.result.outcomes, a.result.outcomes) for mode, a in sorted(ablations[r.key].items())}
         partner = place_scores(r.result.outcomes, places)["partner"] if places else None
-        r.diagnostics = Diagnostics(no_talk.get((r.model, r.dtype)), gains, partner)
+        told = heldout_told(r.result.outcomes, first["heldout"], first.get("locations")) if places else None
+        r.diagnostics = Diagnostics(no_talk.get((r.model, r.dtype)), gains, partner, told)
     return shown
 
 
@@ -118,10 +122,11 @@ def task_table(rows: Sequence[Row]) -> str:
     front = pareto_front(rows)
     order = sorted(range(len(rows)), key=lambda i: (-_nan0(rows[i].score.mean), _nan0(rows[i].tokens.mean)))
     diagnosed = any(r.diagnostics is not None for r in rows)
-    extra = " no-talk | comm gain (swap) [95% CI] | comm gain (remove) [95% CI] | partner-only (n) |" if diagnosed else ""
+    extra = (" no-talk | comm gain (swap) [95% CI] | comm gain (remove) [95% CI] | partner-only (n) | "
+             "told: rate, score when told |") if diagnosed else ""
     lines = ["| system | model | dtype | score [95% CI] | tokens / question [95% CI] | answered | scored | "
              "infra failures | scoring failures | Pareto |" + extra,
-             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * (4 if diagnosed else 0)]
+             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * (5 if diagnosed else 0)]
     for i in order:
         r = rows[i]
         s = r.summary
@@ -142,17 +147,21 @@ DIAGNOSTICS_NOTE = (
     "question counts). comm gain: the score minus the score of the same dialogues with the partners' messages "
     "swapped for the next question's at the same turn positions (swap) or removed from every agent's view "
     "(remove), mean over questions with a paired 95% bootstrap interval. partner-only: the score on the questions "
-    "whose answer only the partner holds (n of them).")
+    "whose answer only the partner holds (n of them). told: on those questions, the share of dialogues whose partner "
+    "told the answerer what it lacked (in a game: named the target and no other object; otherwise: wrote the gold "
+    "answer), and the score on them; a high share with a low score means the answerer does not read what it is "
+    "told.")
 
 
 def _diagnostic_cells(d: Diagnostics | None) -> str:
     if d is None:
-        return " | | | |"
+        return " | | | | |"
     no_talk = "" if d.no_talk is None else _fmt(d.no_talk.mean)
     gains = [d.gains.get(mode) for mode in ("swap", "remove")]
     shown = ["" if g is None else f"{g.mean:+.3f} [{g.low:+.3f}, {g.high:+.3f}]" if g.n else "n/a" for g in gains]
     partner = "" if d.partner_only is None else f"{_fmt(d.partner_only.mean)} ({d.partner_only.n})"
-    return f" {no_talk} | {shown[0]} | {shown[1]} | {partner} |"
+    told = "" if d.told is None else f"{_fmt(d.told['told'].mean, '.2f')}, {_fmt(d.told['score_told'].mean)}"
+    return f" {no_talk} | {shown[0]} | {shown[1]} | {partner} | {told} |"
 
 
 def _nan0(x: float) -> float:

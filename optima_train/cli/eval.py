@@ -126,6 +126,13 @@ def _diagnostic_rows(found: dict[str, Any]) -> list[tuple[str, str]]:
     for place, part in (found["places"] or {}).items():
         if part["n"]:
             rows.append((f"score where the answer is {place}", f"{Interval(**part)}  (n={part['n']})"))
+    told = found.get("told")
+    if told:
+        rows.append(("partner told what was needed (partner-only questions)", str(Interval(**told["told"]))))
+        for part in ("told", "not_told"):
+            if told[f"score_{part}"]["n"]:
+                rows.append((f"score when {part.replace('_', ' ')}",
+                             f"{Interval(**told[f'score_{part}'])}  (n={told[f'score_{part}']['n']})"))
     return rows
 
 

@@ -11,7 +11,7 @@ import pytest
 from optima_agents.policies import ScriptedPolicy
 from optima_envs.tasks.referential import oracle_policies
 from optima_eval.leaderboard import LeaderboardConfig, plan_cells, run_leaderboard, write_reports
-from optima_eval.leaderboard.diagnostics import comm_gain, heldout_places, normalised_gain, place_scores
+from optima_eval.leaderboard.diagnostics import comm_gain, heldout_places, heldout_told, normalised_gain, place_scores
 from optima_eval.systems import Outcome
 
 
@@ -71,6 +71,43 @@ class TestPure:
         assert heldout_places({**held, "env_id": "synth-arith-debate", "env_kwargs": {"split": "validation"}}) is None
 
 
+class TestTold:
+    """The told split separates a partner that does not say what is needed from an answerer that
+    does not read it."""
+
+    HELD = {"env_id": "referential-game", "env_version": 2, "count": 4, "seed": 1_000_000, "first_index": 0,
+            "env_kwargs": {"split": "validation"}}
+
+    def dialogue(self, position: int, said: str, score: float) -> Outcome:
+        transcript = ({"speaker": "alice", "text": said}, {"speaker": "bob", "text": "<A>A</A>"})
+        return Outcome(position, f"q{position}", "A", score, True, 5, transcript=transcript)
+
+    def targets(self) -> list[str]:
+        from optima_eval.heldout import HeldOut
+
+        questions = HeldOut("referential-game", {"split": "validation"}, 4).questions()
+        return [q.instance.meta["speaker_view"][q.instance.meta["speaker_target"] - 1] for q in questions]
+
+    def test_the_share_told_and_the_score_on_each_part(self):
+        targets = self.targets()
+        outcomes = [self.dialogue(0, f"It is the {targets[0]}.", 1.0), self.dialogue(1, f"The {targets[1]}.", 0.0),
+                    self.dialogue(2, "I cannot say.", 1.0), self.dialogue(3, "Pick any.", 0.0)]
+        told = heldout_told(outcomes, self.HELD)
+        assert (told["told"].mean, told["told"].n) == (0.5, 4)
+        assert (told["score_told"].mean, told["score_not_told"].mean) == (0.5, 0.5)
+        # Naming every object names none: the listener is told nothing, even when its pick is right.
+        from optima_eval.heldout import HeldOut
+
+        first = HeldOut("referential-game", {"split": "validation"}, 1).questions()[0]
+        everything = ", ".join(first.instance.meta["listener_view"])
+        assert heldout_told([self.dialogue(0, everything, 1.0)], {**self.HELD, "count": 1})["told"].mean == 0.0
+
+    def test_no_dialogue_no_split(self):
+        assert heldout_told([outcome(0, 1.0)], self.HELD) is None
+        debate = {**self.HELD, "env_id": "synth-arith-debate"}
+        assert heldout_told([self.dialogue(0, "x", 1.0)], debate) is None
+
+
 class TestBoard:
     def test_diagnostics_add_solo_and_two_ablation_cells_keyed_to_their_base(self, tmp_path):
         cells = plan_cells(config(tmp_path))
@@ -94,12 +131,13 @@ class TestBoard:
         table = (tmp_path / "board" / "leaderboard_referential-game.md").read_text()
         assert "| no-talk | comm gain (swap) [95% CI] | comm gain (remove) [95% CI] | partner-only (n) |" in table
         solo = by["solo", None].score.mean
-        assert f"| {solo:.3f} | +1.000 [+1.000, +1.000] | +1.000 [+1.000, +1.000] | 1.000 (12) |" in table
+        assert f"| {solo:.3f} | +1.000 [+1.000, +1.000] | +1.000 [+1.000, +1.000] | 1.000 (12) | 1.00, 1.000 |" in table
         rows = [line for line in table.splitlines() if line.startswith("| mas") or line.startswith("| solo")]
         assert len(rows) == 2  # ablation cells are columns of their base row, not rows
         index = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
         mas = next(c for c in index["cells"] if c["system"] == "mas" and "ablation" not in c)
         assert mas["diagnostics"]["comm_gain"]["swap"]["mean"] == 1.0
+        assert mas["diagnostics"]["told"]["told"]["mean"] == 1.0
         assert {c.get("ablation") for c in index["cells"]} == {None, "swap", "remove"}
         # A second call finds every cell, ablations included, and computes nothing.
         again = run_leaderboard(config(tmp_path), policy_factory=oracle_pair, log=lambda _: None)
@@ -124,3 +162,29 @@ class TestBoard:
 
         with pytest.raises(ConfigError, match="unknown ablation"):
             config(tmp_path, ablations=["mute"])
+
+
+class TestEvalDiagnostics:
+    """`optima eval --diagnostics` (`diagnose`) on the scripted oracle pair: all of the score is
+    comm gain, the lone listener is at its fixed pick, and every partner-only game was told."""
+
+    def test_the_oracle_pair_talks_for_its_whole_score(self):
+        from optima_eval.evaluation import evaluate
+        from optima_eval.leaderboard.diagnostics import diagnose
+
+        kwargs = {"split": "validation"}
+        policy = oracle_pair("oracle")
+        result, records = evaluate(policy, "referential-game", env_kwargs=kwargs, episodes=10, progress=False)
+        found = diagnose("referential-game", kwargs, policy, records, seed=1_000_000, first_index=0,
+                         max_new_tokens=16)
+        assert result.score.mean == 1.0
+        assert found["comm_gain"]["swap"]["mean"] == 1.0 and found["comm_gain"]["remove"]["mean"] == 1.0
+        assert found["no_talk"]["mean"] < 1.0
+        assert found["places"]["partner"]["n"] == 10
+        assert (found["told"]["told"]["mean"], found["told"]["score_told"]["mean"]) == (1.0, 1.0)
+        assert found["told"]["score_not_told"]["n"] == 0
+        from optima_train.cli.eval import _diagnostic_rows
+
+        rows = dict(_diagnostic_rows(found))
+        assert rows["partner told what was needed (partner-only questions)"].startswith("1.000")
+        assert "score when told" in rows and "score when not told" not in rows
