@@ -23,7 +23,7 @@ import pytest
 
 from optima_agents.models.testing import embedded_model_dir  # noqa: F401  (re-exported fixture)
 
-# Tests name their data explicitly (fixtures under tests/fixtures/data); a developer's own data
+# Tests name their data explicitly (fixtures under optima_envs/test/fixtures); a developer's own data
 # folder must not change what they read.
 os.environ.pop("OPTIMA_DATA_DIR", None)
 

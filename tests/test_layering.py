@@ -5,11 +5,17 @@ used (and tested) without the ones above it.
 
 Within the packages no two modules import each other when they are imported: such a pair only
 loads in one order, and whichever is imported second finds the first half-initialised. An import
-inside a function, or under `if TYPE_CHECKING:`, runs after both are loaded and is not counted."""
+inside a function, or under `if TYPE_CHECKING:`, runs after both are loaded and is not counted.
+
+No module of the packages imports pytest when it is imported, the test support they ship
+included (`optima_envs.test`, `optima_agents.testing`, ...): benchmarks and users' scripts import
+it without a test runner."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,6 +101,36 @@ def mutual_imports() -> list[str]:
 
 def test_no_two_modules_import_each_other():
     assert mutual_imports() == []
+
+
+def pytest_at_import() -> list[str]:
+    """Every module of the packages whose import-time statements import pytest."""
+    problems = []
+    for package in LAYERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = _AtImport().visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            problems += [f"{path.relative_to(ROOT)}:{line}" for line, name in imported_modules(tree, module)
+                         if name.split(".")[0] in ("pytest", "_pytest")]
+    return problems
+
+
+def test_no_module_imports_pytest_when_imported():
+    assert pytest_at_import() == []
+
+
+#: The test support the packages ship, for benchmarks and for users' own tests.
+SHIPPED_SUPPORT = ("optima_envs.test", "optima_envs.test.math_cases", "optima_agents.testing",
+                   "optima_agents.models.testing", "optima_train.buffers.testing")
+
+
+def test_the_shipped_test_support_loads_no_pytest():
+    """What they import in turn counts too (PettingZoo's test package imports pytest when it can)."""
+    code = (f"import sys\nfor name in {SHIPPED_SUPPORT!r}:\n    __import__(name)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_the_cycle_check_sees_what_runs_at_import():

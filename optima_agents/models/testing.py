@@ -6,15 +6,16 @@ later sessions find the verified copy at once. Use it from any conftest:
 
     from optima_agents.models.testing import embedded_model_dir  # noqa: F401  (a fixture)
 
-and mark the tests that load it with `@pytest.mark.model`. This module imports pytest, so
-only test code should import it.
+and mark the tests that load it with `@pytest.mark.model`. Scripts that only need the folder call
+`ensure_test_model()`. Importing this module does not import pytest: the fixture is built, with
+pytest, the first time `embedded_model_dir` is looked up.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-
-import pytest
+from typing import Any
 
 from optima_agents.models.pull import pull_model
 from optima_agents.models.registry import DEFAULT_MODEL
@@ -27,7 +28,20 @@ def ensure_test_model() -> Path:
     return pull_model(DEFAULT_MODEL, progress=False)
 
 
-@pytest.fixture(scope="session")
-def embedded_model_dir() -> Path:
+def _embedded_model_dir() -> Path:
     """Session fixture: the verified Hugging Face folder of the embedded default model."""
     return ensure_test_model()
+
+
+@functools.cache
+def _fixture() -> Any:
+    """The `embedded_model_dir` session fixture (one object, however often it is imported)."""
+    import pytest
+
+    return pytest.fixture(scope="session", name="embedded_model_dir")(_embedded_model_dir)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "embedded_model_dir":
+        return _fixture()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,6 @@ import warnings
 from typing import Any, Callable
 
 from gymnasium.utils.env_checker import data_equivalence
-from pettingzoo.test import parallel_api_test
 
 from optima_envs.core.dialogue_env import DialogueEnv
 from optima_envs.core.reset_args import ResetOptionWarning
@@ -18,7 +17,11 @@ from optima_envs.test.scripted import random_messages
 
 def check_parallel_api(env: DialogueEnv, num_cycles: int = 50) -> None:
     """PettingZoo's parallel API test (random Unicode actions for every agent), quiet: its pass line
-    and the warning its probe `options={"options": 1}` draws are expected, not news."""
+    and the warning its probe `options={"options": 1}` draws are expected, not news. PettingZoo's
+    test package is imported here, not with this module, because it imports pytest when pytest is
+    installed."""
+    from pettingzoo.test import parallel_api_test
+
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*unknown key 'options';", category=ResetOptionWarning)
         parallel_api_test(env, num_cycles=num_cycles)

@@ -8,9 +8,7 @@ from pettingzoo.test import parallel_api_test, parallel_seed_test
 import optima_envs
 from optima_envs.core.reset_args import ResetOptionWarning
 from optima_envs.errors import ConfigError
-from optima_envs.test import check_parallel_api, check_seed_determinism, check_snapshot_roundtrip
-
-from tests.envs.env_kwargs import env_kwargs
+from optima_envs.test import check_parallel_api, check_seed_determinism, check_snapshot_roundtrip, env_kwargs
 
 ALL_IDS = sorted(optima_envs.list_envs())
 

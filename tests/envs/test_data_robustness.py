@@ -13,7 +13,7 @@ import pytest
 import optima_envs
 from optima_envs.data.common import DataWarning, clear_cache
 from optima_envs.errors import DataError, DataNotFoundError
-from tests.envs.data.fixtures import FIXTURES
+from optima_envs.test import FIXTURES
 
 
 @pytest.fixture(autouse=True)

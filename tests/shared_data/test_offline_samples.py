@@ -1,7 +1,7 @@
 """The real dataset samples in `$OPTIMA_SHARED_DATA` (see tests/shared_data/__init__.py): their
 sizes and known items, every file loading, every format of a dataset agreeing, the oracle scoring
 1 on real rows, and the scoring regressions first found on real items. The default suite tests the
-same loaders and tasks on the committed fixtures (tests/fixtures/data); this file checks that what
+same loaders and tasks on the committed fixtures (optima_envs/test/fixtures); this file checks that what
 holds on the fixtures holds on the real data, and that the fixtures were not copied from it."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 import optima_envs
 from optima_envs.data.common import DataWarning
 from optima_envs.errors import DataError
-from optima_envs.test import play, share_evidence_then
-from tests.envs.data.fixtures import FIXTURES, write_jsonl
+from optima_envs.test import FIXTURES, play, share_evidence_then
+from tests.envs.data.fixtures import write_jsonl
 from tests.shared_data import shared_root
 
 SHARED = shared_root()

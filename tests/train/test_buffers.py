@@ -36,8 +36,8 @@ from optima_train.buffers import (
     write_episodes,
 )
 from optima_train.buffers import schema as schema_module
+from optima_train.buffers.testing import UNSTORABLE, buffer_files, rejected_records
 from optima_train.cli import app
-from tests.train.unstorable import UNSTORABLE, buffer_files, rejected_records
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,10 +18,10 @@ import yaml
 from optima_envs.atomic_files import atomic_write_bytes, atomic_write_json
 from optima_envs.data.common import DATA_DIR_ENV
 from optima_envs.errors import ConfigError
+from optima_envs.test import FIXTURES
 from optima_train.config_io import config_to_dict, dump_config, from_dict, load_config
 from optima_train.isft import ISFTConfig, ISFTTrainer
 from optima_train.run_dir import RunDir, RunLockedError, read_json
-from tests.envs.data.fixtures import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p for p in (ROOT / "configs" / "isft").glob("*.yaml") if p.name != "base.yaml")

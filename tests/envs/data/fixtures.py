@@ -1,6 +1,6 @@
-"""The dataset fixtures: tiny files in the datasets' ORIGINAL release formats (and the hub's),
-committed under `tests/fixtures/data/` (see its README), and helpers that write variants of them
-into temporary folders. The content is invented; only the formats are real."""
+"""Helpers for the dataset fixtures (`optima_envs.test.FIXTURES`, tiny files in the datasets'
+ORIGINAL release formats and the hub's, shipped with the package; see its README): readers, and
+writers of variants of them into temporary folders. The content is invented; only the formats are real."""
 
 from __future__ import annotations
 
@@ -8,12 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-#: The fixture tree (see its README): one folder per dataset, named as the loaders' `data_folder`
-#: (`$OPTIMA_DATA_DIR/<folder>`), each holding the dataset's original release files, so
-#: `optima_envs.make(env_id, data_dir=FIXTURES / folder)` (or `OPTIMA_DATA_DIR=FIXTURES`) reads them
-#: like a real copy; other formats of the same rows are in sub-folders (`hub/`: the Hugging Face
-#: hub's rows; `restructured/`, `masarena/`, `sample/`: repackagings found in the wild).
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "data"
+from optima_envs.test import FIXTURES
 
 
 def read_json_file(path: Path) -> Any:
@@ -24,7 +19,7 @@ def read_jsonl_file(path: Path) -> list[Any]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-#: The 2WikiMultiHopQA dev rows (original layout): `tests/fixtures/data/2wikimqa/dev.json`.
+#: The 2WikiMultiHopQA dev rows (original layout): `FIXTURES / "2wikimqa" / "dev.json"`.
 TWOWIKI_ROWS: list[dict[str, Any]] = read_json_file(FIXTURES / "2wikimqa" / "dev.json")
 
 

@@ -1,4 +1,4 @@
-"""Children's Book Test loader: the original text files and the hub's rows (fixtures in tests/fixtures/data/cbt)."""
+"""Children's Book Test loader: the original text files and the hub's rows (fixtures in optima_envs/test/fixtures/cbt)."""
 
 import re
 
@@ -7,7 +7,8 @@ import pytest
 import optima_envs
 from optima_envs.data.cbt import read_cbt_text
 from optima_envs.errors import DataError
-from tests.envs.data.fixtures import FIXTURES, write_jsonl
+from optima_envs.test import FIXTURES
+from tests.envs.data.fixtures import write_jsonl
 
 CBT = FIXTURES / "cbt"
 

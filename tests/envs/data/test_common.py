@@ -10,7 +10,8 @@ import pytest
 import optima_envs
 from optima_envs.data.common import DATA_DIR_ENV, DataConfig, DataWarning, clear_cache, read_csv, read_json
 from optima_envs.errors import ConfigError, DataError, DataNotFoundError
-from tests.envs.data.fixtures import FIXTURES, TWOWIKI_ROWS, multihop_to_hub, read_json_file, write_json, write_jsonl
+from optima_envs.test import FIXTURES
+from tests.envs.data.fixtures import TWOWIKI_ROWS, multihop_to_hub, read_json_file, write_json, write_jsonl
 
 HOTPOT = FIXTURES / "hotpotqa"
 

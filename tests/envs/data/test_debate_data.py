@@ -1,4 +1,4 @@
-"""GSM8K, MATH, ARC-Challenge and MMLU loaders: every format (the fixtures in tests/fixtures/data),
+"""GSM8K, MATH, ARC-Challenge and MMLU loaders: every format (the fixtures in optima_envs/test/fixtures),
 gold answers, ids, errors."""
 
 import csv
@@ -8,7 +8,8 @@ import pytest
 
 import optima_envs
 from optima_envs.errors import ConfigError, DataError
-from tests.envs.data.fixtures import FIXTURES, read_jsonl_file, write_jsonl
+from optima_envs.test import FIXTURES
+from tests.envs.data.fixtures import read_jsonl_file, write_jsonl
 
 GSM8K = FIXTURES / "gsm8k"
 MATH = FIXTURES / "math"

@@ -1,4 +1,4 @@
-"""HotpotQA and 2WikiMultiHopQA loaders: both formats (fixtures in tests/fixtures/data), evidence, ids,
+"""HotpotQA and 2WikiMultiHopQA loaders: both formats (fixtures in optima_envs/test/fixtures), evidence, ids,
 malformed rows."""
 
 import json
@@ -8,7 +8,8 @@ import pytest
 
 import optima_envs
 from optima_envs.errors import DataError, DataNotFoundError
-from tests.envs.data.fixtures import FIXTURES, TWOWIKI_ROWS, multihop_to_hub, read_json_file, write_json
+from optima_envs.test import FIXTURES
+from tests.envs.data.fixtures import TWOWIKI_ROWS, multihop_to_hub, read_json_file, write_json
 
 HOTPOT = FIXTURES / "hotpotqa"
 TWOWIKI = FIXTURES / "2wikimqa"

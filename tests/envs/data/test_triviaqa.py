@@ -1,5 +1,5 @@
 """TriviaQA loader: release qa + evidence files, hub rows, snippets, aliases, ids (fixtures in
-tests/fixtures/data/triviaqa)."""
+optima_envs/test/fixtures/triviaqa)."""
 
 import json
 import re
@@ -10,7 +10,8 @@ import optima_envs
 from optima_envs.data.common import DataWarning
 from optima_envs.data.triviaqa import leading_snippets
 from optima_envs.errors import ConfigError, DataError
-from tests.envs.data.fixtures import FIXTURES, write_json, write_jsonl
+from optima_envs.test import FIXTURES
+from tests.envs.data.fixtures import write_json, write_jsonl
 
 RC = FIXTURES / "triviaqa"
 

@@ -15,7 +15,7 @@ import pytest
 
 from optima_envs.errors import ConfigError, ScoringError
 from optima_envs.scoring import _math_client, math_equivalent
-from tests.envs.scoring.math_cases import EQUIVALENT, NON_ANSWERS, NOT_EQUIVALENT, busy_cores, crowd_in
+from optima_envs.test.math_cases import EQUIVALENT, NON_ANSWERS, NOT_EQUIVALENT, busy_cores, crowd_in
 
 pytest.importorskip("math_verify", reason="needs: pip install 'math-verify[antlr4_13_2]'")
 

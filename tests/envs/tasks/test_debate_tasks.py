@@ -3,9 +3,7 @@
 import pytest
 
 import optima_envs
-from optima_envs.test import play, scripted, share_evidence_then
-from tests.envs.data.fixtures import FIXTURES
-from tests.envs.env_kwargs import env_kwargs
+from optima_envs.test import FIXTURES, env_kwargs, play, scripted, share_evidence_then
 
 DEBATE_IDS = ["gsm8k-debate", "math-debate", "arc-debate", "mmlu-debate"]
 

@@ -5,9 +5,7 @@ from collections import Counter
 import pytest
 
 import optima_envs
-from optima_envs.test import play, scripted, share_evidence_then
-from tests.envs.data.fixtures import FIXTURES
-from tests.envs.env_kwargs import env_kwargs
+from optima_envs.test import FIXTURES, env_kwargs, play, scripted, share_evidence_then
 
 IA_IDS = ["hotpotqa-ia", "2wikimqa-ia", "triviaqa-ia", "cbt-ia"]
 

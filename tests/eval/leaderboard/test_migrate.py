@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from optima_envs.test import FIXTURES
 from optima_eval.leaderboard import LeaderboardConfig, plan_cells, run_leaderboard, write_reports
 from optima_eval.leaderboard.cells import IDENTITY_FIELDS, cell_path, identity_key, write_cell
 from optima_eval.leaderboard.migrate import MigrationError, migrate_board
 from optima_eval.portable_paths import Roots
 from optima_eval.systems import Outcome
-from tests.envs.data.fixtures import FIXTURES
 
 _HEAD = '{\n  "cell": '
 

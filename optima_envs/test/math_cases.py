@@ -1,7 +1,8 @@
 """Answer pairs for `math_equivalent`, and a busy machine on demand to score them under.
 
-Shared by the math tests and the reliability benchmark's scoring probe, so both try the same
-pairs under the same load.
+Optima's math tests and its reliability benchmark's scoring probe both use these, so both try the
+same pairs under the same load; a scorer of your own can be checked on them too. `busy_cores` and
+`crowd_in` pin processes to cores, so they run on Linux only.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Probe (b): the rollout engine against fault-injecting OpenAI-compatible servers on 127.0.0.1.
 
-Two test servers (`tests.agents.conftest_servers.StubServer`) answer from a seeded script in
+Two test servers (`optima_agents.testing.StubServer`) answer from a seeded script in
 which at least `fault_rate` of the replies are faults: HTTP 500/503, 429 with `Retry-After`,
 hangs past the client's timeout, reset connections, bodies that are not JSON, and HTTP 200 JSON
 with a missing or wrong-typed field; a third base URL is a port nothing listens on. Good replies
@@ -22,10 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-try:
-    from benchmarks._reliability_tally import Tally
-except ImportError:  # run as a script from the benchmarks folder
-    from _reliability_tally import Tally
+from benchmarks.reliability.tally import Tally
 
 CANNED = {"I know the facts. <A>Kelo</A>": [11, 12, 13, 14, 15], "We agree. <A>Kelo</A>": [21, 22, 23, 24]}
 TIMEOUT_S = 0.4

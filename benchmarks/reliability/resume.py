@@ -34,10 +34,7 @@ from typing import Any
 
 import numpy as np
 
-try:
-    from benchmarks._reliability_tally import Tally
-except ImportError:  # run as a script from the benchmarks folder
-    from _reliability_tally import Tally
+from benchmarks.reliability.tally import Tally
 
 LOOPS = ("isft", "idpo", "isft-dpo")
 _FORK = multiprocessing.get_context("fork")

@@ -1,6 +1,6 @@
 """Reliability under faults and hostile input: tried / held / failed per probe.
 
-(a) fuzzed env steps over every registered env (dataset envs on the committed test fixtures);
+(a) fuzzed env steps over every registered env (dataset envs on optima_envs.test's fixtures);
 (b) the rollout engine against fault-injecting OpenAI-compatible servers on 127.0.0.1 (errors,
     429 with Retry-After, hangs, connection resets, malformed and wrong-typed JSON, a dead URL);
 (c) damaged dataset files and damaged episode buffers; records a buffer cannot store, and
@@ -14,7 +14,8 @@ everything else, with the first examples in the JSON. Every probe must report ze
 Only 127.0.0.1 is ever contacted; no model is downloaded (probe (d) uses a tiny random Llama
 with the embedded model's tokenizer).
 
-Run: python benchmarks/reliability.py [--kills 20] [--quick] [--only a,b,c,d,e]
+Run from the repository root:
+    python -m benchmarks.reliability [--kills 20] [--quick] [--only a,b,c,d,e]
 Writes benchmarks/results/reliability.md and reliability.json; a `--quick` run, or one of only
 some probes, writes reliability_quick_<probes>.* or reliability_<probes>.* instead, so that it
 never replaces the full result.
@@ -30,19 +31,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script: the probes import tests.* helpers
-    sys.path.insert(0, str(ROOT))
+from benchmarks._results import RESULTS, write_report, write_result
+from benchmarks.reliability import damage, env, resume, scoring, server
+from benchmarks.reliability.tally import Tally
 
-from benchmarks import (  # noqa: E402
-    _reliability_damage,
-    _reliability_env,
-    _reliability_resume,
-    _reliability_scoring,
-    _reliability_server,
-)
-from benchmarks._reliability_tally import Tally  # noqa: E402
-from benchmarks._results import RESULTS, write_report, write_result  # noqa: E402
+#: The command that runs this benchmark from the repository root, as its report records it.
+COMMAND = "python -m benchmarks.reliability"
 
 PROBES = {"a": "fuzzed env steps", "b": "fault-injecting servers", "c": "damaged data and buffers",
           "d": "kill and resume", "e": "math scoring under load"}
@@ -62,11 +56,11 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
 def run_probes(only: str, s: dict[str, Any], workdir: Path) -> tuple[list[Tally], dict[str, float]]:
     """Every probe asked for, timed."""
     jobs: dict[str, Callable[[], list[Tally]]] = {
-        "a": lambda: _reliability_env.run(s["fuzz_steps"], s["seed"]),
-        "b": lambda: _reliability_server.run(s["episodes"], s["fault_rate"], s["seed"], workdir),
-        "c": lambda: _reliability_damage.run(s["data_trials"], s["flips"], s["seed"], workdir),
-        "d": lambda: _reliability_resume.run(s["kills"], s["seed"], workdir / "resume"),
-        "e": lambda: _reliability_scoring.run(s["math_pairs"]),
+        "a": lambda: env.run(s["fuzz_steps"], s["seed"]),
+        "b": lambda: server.run(s["episodes"], s["fault_rate"], s["seed"], workdir),
+        "c": lambda: damage.run(s["data_trials"], s["flips"], s["seed"], workdir),
+        "d": lambda: resume.run(s["kills"], s["seed"], workdir / "resume"),
+        "e": lambda: scoring.run(s["math_pairs"]),
     }
     rows: list[Tally] = []
     seconds: dict[str, float] = {}
@@ -93,11 +87,11 @@ def markdown(rows: list[Tally], seconds: dict[str, float], s: dict[str, Any], wa
     shown = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s.items())
     only = "" if set(seconds) == set(PROBES) else f" --only {''.join(seconds)}"
     lines = ["# Reliability under faults and hostile input", "",
-             f"`python benchmarks/reliability.py{only}` ({shown}); wall time {wall_s:.0f} s "
+             f"`{COMMAND}{only}` ({shown}); wall time {wall_s:.0f} s "
              f"({', '.join(f'({p}) {t:.0f} s' for p, t in seconds.items())}) on {os.cpu_count()} CPUs.", "",
              "Held: the contract was kept (a correct result, or a clear typed error naming what is wrong). "
              "Failed: anything else. What each probe checks is in the docstrings of "
-             "`benchmarks/_reliability_*.py`.", "",
+             "`benchmarks/reliability/*.py`.", "",
              "| probe | case | tried | held | failed | notes |", "|---|---|---:|---:|---:|---|"]
     for probe in seconds:
         mine = [r for r in rows if r.probe == probe]
@@ -112,7 +106,8 @@ def markdown(rows: list[Tally], seconds: dict[str, float], s: dict[str, Any], wa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=None, help="kill points per training loop (full: 20, quick: 2)")
     parser.add_argument("--quick", action="store_true", help="fewer trials of every probe (a few minutes)")
     parser.add_argument("--only", default="".join(PROBES), help="which probes, e.g. --only ab")

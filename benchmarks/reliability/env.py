@@ -7,7 +7,8 @@ invalid seeds and options. An env holds when it accepts what it should (five dic
 message stored as UTF-8-encodable text, `message_repaired` and token costs right, everything an
 episode ends with storable) and refuses the rest with an `OptimaError` that leaves the state as
 it was. Anything else (another exception, a changed state after a refusal, unstorable text)
-fails. Dataset envs run on the committed test fixtures (`tests.envs.env_kwargs`).
+fails. Dataset envs run on the dataset fixtures that ship with optima_envs
+(`optima_envs.test.env_kwargs`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,9 @@ import optima_envs
 from optima_envs.core.reset_args import ResetOptionWarning
 from optima_envs.core.text import repair_text
 from optima_envs.errors import ConfigError, EpisodeEndedError, InvalidActionError, OptimaError
+from optima_envs.test import env_kwargs
 
-try:
-    from benchmarks._reliability_tally import Tally
-except ImportError:  # run as a script from the benchmarks folder
-    from _reliability_tally import Tally
+from benchmarks.reliability.tally import Tally
 
 _ALPHABET = list("abc <A>/ 12.\u00e9\u4e2d\U0001F600\n\t\x00\x1b\u2028") + [
     "<A>x</A>", "<A></A>", "\\boxed{3}", "\ud800", "\udfff", "\ud83d\ude00", "#### 7", "(B)"]
@@ -195,8 +194,6 @@ def fuzz_env(env_id: str, make: Callable[[], Any], steps: int, seed: int) -> Tal
 
 def run(total_steps: int, seed: int) -> list[Tally]:
     """At least `total_steps` fuzzed steps, spread evenly over every registered env."""
-    from tests.envs.env_kwargs import env_kwargs
-
     ids = sorted(optima_envs.list_envs())
     per_env = math.ceil(total_steps / len(ids))
     return [fuzz_env(env_id, lambda e=env_id: optima_envs.make(e, **env_kwargs(e)), per_env, seed + i)

@@ -1,7 +1,7 @@
 """Probe (e): math scoring on a busy machine (Linux: it pins processes to cores).
 
 Two CPU-burning processes run on each of two cores, and the math-verify workers are crowded onto
-those cores at a lower priority (`tests.envs.scoring.math_cases`), so a comparison that needs a
+those cores at a lower priority (`optima_envs.test.math_cases`), so a comparison that needs a
 few hundredths of a second of CPU takes seconds on the clock. Each answer pair is scored with a
 1 s limit, a fifth of the default, which counts the worker's CPU time: it holds when the pair
 gets its score (1.0 for an equivalent pair, 0.0 for a different one); a TimeoutError or any
@@ -17,10 +17,7 @@ import statistics
 import time
 from typing import Any, Callable
 
-try:
-    from benchmarks._reliability_tally import Tally
-except ImportError:  # run as a script from the benchmarks folder
-    from _reliability_tally import Tally
+from benchmarks.reliability.tally import Tally
 
 LIMIT_S = 1.0
 SLOW_PAIR = ("(x+y)^{60}+1", "(x+y+1)^{60}")
@@ -45,7 +42,7 @@ def _timed(score: Callable[[], float]) -> tuple[float | str, float, float | None
 
 def _pairs_row(pairs: list[tuple[str, str, float]], cores: set[int]) -> Tally:
     from optima_envs.scoring import _math_client, math_equivalent
-    from tests.envs.scoring.math_cases import crowd_in
+    from optima_envs.test.math_cases import crowd_in
 
     row = Tally("e", f"answer pairs scored, {LIMIT_S:g} s of CPU each")
     walls, cpus = [], []
@@ -62,7 +59,7 @@ def _pairs_row(pairs: list[tuple[str, str, float]], cores: set[int]) -> Tally:
 
 def _non_answers_row() -> Tally:
     from optima_envs.scoring import _math_client, math_equivalent
-    from tests.envs.scoring.math_cases import NON_ANSWERS
+    from optima_envs.test.math_cases import NON_ANSWERS
 
     row = Tally("e", "non-answers decided without math-verify")
     asked: list[Any] = []
@@ -81,7 +78,7 @@ def _non_answers_row() -> Tally:
 
 def _slow_row(cores: set[int]) -> Tally:
     from optima_envs.scoring import _math_client, math_equivalent
-    from tests.envs.scoring.math_cases import crowd_in
+    from optima_envs.test.math_cases import crowd_in
 
     row = Tally("e", f"a slow comparison is still stopped at {SLOW_LIMIT_S:g} s of CPU")
     crowd_in([w.proc.pid for w in _math_client._idle], cores)
@@ -96,7 +93,7 @@ def run(pairs: int) -> list[Tally]:
     """`pairs` answer pairs (all of them, or that many spread over the equivalent and the
     different ones), the non-answers, and the slow comparison, all under load."""
     from optima_envs.scoring import _math_client, math_equivalent
-    from tests.envs.scoring.math_cases import EQUIVALENT, NOT_EQUIVALENT, busy_cores
+    from optima_envs.test.math_cases import EQUIVALENT, NOT_EQUIVALENT, busy_cores
 
     cases = [(p, g, 1.0) for p, g in EQUIVALENT] + [(p, g, 0.0) for p, g in NOT_EQUIVALENT]
     picked = cases if pairs >= len(cases) else [cases[k * len(cases) // pairs] for k in range(pairs)]

@@ -13,7 +13,7 @@ truncated part, a deleted manifest, a part with a column of the wrong type, and 
 manifest does not list. It holds when reading raises `BufferCorruptError` naming the damaged
 file (for the unlisted part: the records read back unchanged, with a warning); a read that
 returns records from a damaged buffer fails. Records a buffer cannot store, and folders that
-hold no buffer, are tried by `_reliability_writes`.
+hold no buffer, are tried by `benchmarks.reliability.writes`.
 """
 
 from __future__ import annotations
@@ -29,13 +29,10 @@ import numpy as np
 import optima_envs
 from optima_envs.data.common import clear_cache
 from optima_envs.errors import OptimaError
+from optima_envs.test import env_kwargs
 
-try:
-    from benchmarks import _reliability_writes
-    from benchmarks._reliability_tally import Tally
-except ImportError:  # run as a script from the benchmarks folder
-    import _reliability_writes
-    from _reliability_tally import Tally
+from benchmarks.reliability import writes
+from benchmarks.reliability.tally import Tally
 
 Damage = Callable[[Path, np.random.Generator], None]
 
@@ -137,8 +134,6 @@ def _data_trial(env_id: str, kwargs: dict[str, Any], damage: Damage, rng: np.ran
 
 def data_rows(trials: int, seed: int, workdir: Path) -> list[Tally]:
     """`trials` damaged copies per dataset env (damage kinds in turn), each loaded two ways."""
-    from tests.envs.env_kwargs import env_kwargs
-
     rng = np.random.default_rng(seed)
     rows = []
     for env_id in sorted(optima_envs.list_envs()):
@@ -258,4 +253,4 @@ def _unlisted(row: Tally, folder: Path, part: Path) -> None:
 
 def run(data_trials: int, flips: int, seed: int, workdir: Path) -> list[Tally]:
     return [*data_rows(data_trials, seed, workdir), *buffer_rows(flips, seed, workdir),
-            *_reliability_writes.run(workdir / "writes")]
+            *writes.run(workdir / "writes")]

@@ -1,8 +1,9 @@
 """Records an episode buffer cannot store (one for each kind of value its columns refuse), and
-what to look at after writing them.
+what to look at after writing them: the buffer folder's files, and the records `write_episodes`
+kept aside in `.rejected/`.
 
-Shared by the buffer tests and the reliability benchmark's buffer probe, so both try the same
-hostile records and check them the same way.
+Optima's buffer tests and its reliability benchmark's buffer probe both use these, so both try the
+same hostile records and check them the same way; code that writes buffers of its own can too.
 """
 
 from __future__ import annotations

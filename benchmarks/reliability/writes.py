@@ -1,7 +1,7 @@
 """Probe (c), writes and empty folders: batches with records a buffer cannot store, and folders
 that hold no buffer.
 
-Unstorable records (`tests.train.unstorable`: a lone surrogate in a turn's text or in
+Unstorable records (`optima_train.buffers.testing`: a lone surrogate in a turn's text or in
 `format_instruction`, a token id of 2**31), written alone or two at a time, to a new folder and
 to an existing buffer: it holds when nothing is written (no part, the folder's files unchanged),
 the call returns None, and a `BufferWarning` names the `.rejected/` file that gives back every
@@ -18,10 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-try:
-    from benchmarks._reliability_tally import Tally
-except ImportError:  # run as a script from the benchmarks folder
-    from _reliability_tally import Tally
+from benchmarks.reliability.tally import Tally
 
 
 def _episodes(count: int) -> list[Any]:
@@ -46,7 +43,7 @@ def _write(folder: Path, batch: list[Any]) -> tuple[Path | None, list[str]]:
 def _sidecar_verdict(folder: Path, messages: list[str], bad: list[Any]) -> str | None:
     """Why the rejected records were not kept and reported (None: they were)."""
     from optima_train.buffers.manifest import REJECTED_DIR
-    from tests.train.unstorable import rejected_records
+    from optima_train.buffers.testing import rejected_records
 
     sidecars = sorted((folder / REJECTED_DIR).glob("*.jsonl"))
     if len(sidecars) != 1:
@@ -61,7 +58,7 @@ def _sidecar_verdict(folder: Path, messages: list[str], bad: list[Any]) -> str |
 def _only_unstorable(folder: Path, bad: list[Any], existing: list[Any]) -> str | None:
     """Why writing a batch of only unstorable records broke the contract (None: it kept it)."""
     from optima_train.buffers import read_episodes, write_episodes
-    from tests.train.unstorable import buffer_files
+    from optima_train.buffers.testing import buffer_files
 
     if existing:
         write_episodes(folder, existing)
@@ -99,7 +96,7 @@ def _judge(row: Tally, what: str, trial: Callable[[], str | None]) -> None:
 
 def unstorable_rows(workdir: Path) -> list[Tally]:
     """Every kind of unstorable record: alone or in pairs, new folder or existing buffer; and beside good ones."""
-    from tests.train.unstorable import UNSTORABLE
+    from optima_train.buffers.testing import UNSTORABLE
 
     records = _episodes(4)
     alone = Tally("c", "buffer: batch of only unstorable records")
@@ -122,7 +119,7 @@ def _fill(folder: Path, content: str) -> None:
         (folder / "notes.txt").write_text("not episodes")
         (folder / "sub").mkdir()
     elif content == "only rejected records":
-        from tests.train.unstorable import UNSTORABLE
+        from optima_train.buffers.testing import UNSTORABLE
 
         _write(folder, [UNSTORABLE["token id 2**31"](_episodes(1)[0])])
     elif content == "only a temp file":
