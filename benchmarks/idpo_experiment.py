@@ -65,7 +65,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def heldout(overrides: dict[str, Any]) -> dict[str, Any]:
     """The iSFT experiment's held-out settings (task, evaluation, seeds, limits)."""
-    from optima_train.config_io import load_config
+    from optima_train.config.io import load_config
     from optima_train.isft import ISFTConfig
 
     isft = load_config(ISFTConfig, ISFT_CONFIG)
@@ -107,7 +107,7 @@ def _relaxed(p: dict[str, Any], method: str) -> list[str]:
 
 def idpo_config(p: dict[str, Any], h: dict[str, Any], start: str, out: Path, threads: int | None,
                 extra: list[str] = ()) -> Any:
-    from optima_train.config_io import load_config
+    from optima_train.config.io import load_config
     from optima_train.idpo import IDPOConfig
 
     return load_config(IDPOConfig, IDPO_CONFIG, [
@@ -119,7 +119,7 @@ def idpo_config(p: dict[str, Any], h: dict[str, Any], start: str, out: Path, thr
 
 def isft_dpo_config(p: dict[str, Any], h: dict[str, Any], start: str, out: Path, threads: int | None,
                     extra: list[str] = ()) -> Any:
-    from optima_train.config_io import load_config
+    from optima_train.config.io import load_config
     from optima_train.isft_dpo import ISFTDPOConfig
 
     # From a trained start the format pool has done its job (it is iSFT's first-iteration device).

@@ -129,7 +129,7 @@ def main() -> None:
         return
 
     from optima_envs.prompts.format_pool import CONCISE_INSTRUCTION
-    from optima_train.config_io import load_config
+    from optima_train.config.io import load_config
     from optima_train.isft import ISFTConfig, ISFTTrainer
 
     path = args.config or (SMOKE if args.smoke else FULL)

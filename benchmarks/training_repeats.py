@@ -70,7 +70,7 @@ def train(method: str, config: str, seed: int, iterations: int, run_dir: Path, s
 def run_stages(method: str, run_dir: Path, iterations: int) -> list[tuple[str, str, Any, int]]:
     """(label, row name, run directory, iteration) of every trained stage of a run, in training
     order: one per iteration, or for isft-dpo the last iteration of each cycle's iSFT and iDPO stage."""
-    from optima_train.config_io import load_config
+    from optima_train.config.io import load_config
     from optima_train.isft_dpo import ISFTDPOConfig, stage_dir
     from optima_train.run_dir import RunDir
 

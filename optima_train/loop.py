@@ -17,11 +17,14 @@ for every loop, so a new algorithm only writes its steps:
 - the held-out evaluation (`_evaluation`, `evaluate_model`) and the choice of the weights a
   training step starts from (`_training_init`).
 
-A subclass sets `STEPS` (the steps that finish an iteration; step `x` is the method
-`_x(folder, it)`), `SAMPLER` (the config section with `backend`, `batch_size`, `backend_kwargs`
-and `max_turns`), `SCALARS` (summary keys plotted in TensorBoard) and `NAME`, and implements the
-step methods, `model_after(it)`, `_eval_sampling()`, `_summary(it, info)` (its own summary keys)
-and `_summary_detail(summary)` (its part of the console line).
+A subclass is generic in its config (`class IDPOTrainer(IterativeTrainer[IDPOConfig])`; the
+config follows `optima_train.config.sections.TrainingConfig`: the shared sections, a `train`
+section and a `sampler` property naming the section whose `backend`, `batch_size`,
+`backend_kwargs` and `max_turns` build the generation policy). It sets `STEPS` (the steps that
+finish an iteration; step `x` is the method `_x(folder, it)`), `SCALARS` (summary keys plotted in
+TensorBoard) and `NAME`, and implements the step methods, `model_after(it)`, `_eval_sampling()`,
+`_summary(it, info)` (its own summary keys) and `_summary_detail(summary)` (its part of the
+console line).
 """
 
 from __future__ import annotations
@@ -29,14 +32,17 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Generic, Iterable, Iterator, Mapping, TypeVar
 
 from optima_envs.atomic_files import atomic_write_json
 from optima_envs.errors import ConfigError
-from optima_train.config_io import config_to_dict
+from optima_train.config.io import config_to_dict
+from optima_train.config.sections import TrainingConfig
 from optima_train.run_dir import RunDir, read_json
 
 __all__ = ["IterativeTrainer", "PolicyFactory", "StepHook", "log_scalars"]
+
+C = TypeVar("C", bound=TrainingConfig)
 
 PolicyFactory = Callable[[str, Any], Any]
 """Builds a policy from (model folder or name, SamplingParams). None: from the config's backend."""
@@ -45,11 +51,11 @@ StepHook = Callable[[int | str, str, Mapping[str, Any]], None]
 """Called after each finished step with (stage, step, DONE info); tests use it to interrupt runs."""
 
 
-class IterativeTrainer:
+class IterativeTrainer(Generic[C]):
     """Runs (or resumes) one iterative training run; see the module doc for what subclasses add.
 
     Args:
-        config: the run's config (task, model, run, eval and reward sections, plus the loop's own).
+        config: the run's config (a `TrainingConfig`, plus the loop's own sections).
         policy_factory: optional; builds generation/evaluation policies (tests pass scripted ones).
         reference_loss: optional per-utterance loss function (tests pass a fake); default a
             `ReadabilityScorer` on `model.reference` (or the starting model), cached in the run.
@@ -59,11 +65,10 @@ class IterativeTrainer:
 
     NAME: ClassVar[str] = "loop"
     STEPS: ClassVar[tuple[str, ...]] = ()
-    SAMPLER: ClassVar[str] = "generation"
     SCALARS: ClassVar[tuple[str, ...]] = ("heldout_score", "heldout_tokens")
     NEEDS_SNAPSHOT: ClassVar[bool] = False
 
-    def __init__(self, config: Any, *, policy_factory: PolicyFactory | None = None,
+    def __init__(self, config: C, *, policy_factory: PolicyFactory | None = None,
                  reference_loss: Callable | None = None, on_step_done: StepHook | None = None, console: Any = None):
         self.config = config
         self.run_dir = RunDir(config.run.output_dir)
@@ -148,14 +153,10 @@ class IterativeTrainer:
             if name == "model.name":
                 self._base_path = path
 
-    @property
-    def _sampler(self) -> Any:
-        return getattr(self.config, self.SAMPLER)
-
     def _env_kwargs(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(kwargs)
-        if self._sampler.max_turns is not None:
-            out["max_turns"] = self._sampler.max_turns
+        if self.config.sampler.max_turns is not None:
+            out["max_turns"] = self.config.sampler.max_turns
         return out
 
     @property
@@ -324,7 +325,7 @@ class IterativeTrainer:
         from optima_eval.evaluation import build_policy
 
         self.close()  # free the previous model before loading the next
-        s = self._sampler
+        s = self.config.sampler
         policy = build_policy(s.backend, model, sampling, dtype=self.config.model.resolved_dtype(), batch_size=s.batch_size,
                               device=self.config.model.resolved_device(),
                               backend_kwargs={**self._engine_lora_options(), **s.backend_kwargs})
@@ -342,7 +343,7 @@ class IterativeTrainer:
 
         lora = getattr(self.config, "lora", None)
         rank = lora.r if lora is not None and lora.enabled else None
-        options, why = engine_lora_options(self.config.model.weight_swap, backend=self._sampler.backend,
+        options, why = engine_lora_options(self.config.model.weight_swap, backend=self.config.sampler.backend,
                                            lora_rank=rank, training_steps=self._planned_training_steps(),
                                            device=self.config.model.resolved_device())
         if not self._weight_swap_logged:

@@ -1,9 +1,10 @@
 """The steps that sample-then-train loops share (iSFT, GRPO): sample dialogues per training
 question into an episode buffer, and give each one the Optima reward.
 
-`SampledDialogues` is a mixin for `IterativeTrainer` subclasses whose config has `task`,
-`generation` (`max_new_tokens`, `max_live`, `scheduling`, `max_inflight`), `reward`, `eval` and
-`run` sections; the loop keeps its own step methods and calls these for the shared part.
+`SampledDialogues` is the `IterativeTrainer` of loops whose config samples whole dialogues: its
+`sampler` is a `RolloutSamplerSection` (`SampledConfig`). A loop subclasses it with its config
+(`class GRPOTrainer(SampledDialogues[GRPOConfig])`), keeps its own step methods and calls these
+for the shared part.
 """
 
 from __future__ import annotations
@@ -11,10 +12,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence, TypeVar
 
-__all__ = ["EPISODES", "SampledDialogues", "component_means", "floats", "load_records", "mean", "per_agent",
-           "save_records"]
+from optima_train.config.sampler import RolloutSamplerSection, constrains
+from optima_train.config.sections import TrainingConfig
+from optima_train.loop import IterativeTrainer
+
+__all__ = ["EPISODES", "SampledConfig", "SampledDialogues", "component_means", "floats", "load_records", "mean",
+           "per_agent", "save_records"]
 
 EPISODES = "episodes"  # an episode buffer directory (optima_train.buffers)
 
@@ -41,7 +46,17 @@ def mean(values: Any) -> float | None:
     return round(sum(present) / len(present), 6) if present else None
 
 
-class SampledDialogues:
+class SampledConfig(TrainingConfig, Protocol):
+    """A `TrainingConfig` whose sampler samples whole dialogues through the rollout engine."""
+
+    @property
+    def sampler(self) -> RolloutSamplerSection: ...
+
+
+S = TypeVar("S", bound=SampledConfig)
+
+
+class SampledDialogues(IterativeTrainer[S]):
     """Shared models, evaluation settings, sampling and reward of the sample-then-train loops."""
 
     def model_after(self, it: int) -> str:
@@ -54,31 +69,29 @@ class SampledDialogues:
     def _eval_sampling(self) -> Any:
         from optima_agents.policies import SamplingParams
 
-        g, e = self.config.generation, self.config.eval
+        g, e = self.config.sampler, self.config.eval
         return SamplingParams(temperature=0.0, max_new_tokens=e.max_new_tokens or g.max_new_tokens, seed=None)
 
     def _eval_max_live(self) -> int | None:
-        return self.config.generation.max_live
+        return self.config.sampler.max_live
 
     def _sample_dialogues(self, folder: Path, it: int, *, per_question: int, sampling: Any,
                           options: Mapping[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
         """`per_question` seeded dialogues for every training question with `model_before(it)`,
-        saved to `folder` (answers constrained where `generation.constrained_answers` says so for
+        saved to `folder` (answers constrained where the sampler's `constrained_answers` says so for
         iteration `it`); returns the records and the step's info."""
         import optima_envs
         from optima_agents.rollout import EpisodeSpec, RolloutEngine, derive_seed
-        from optima_train.config_base import constrains
 
-        cfg, t = self.config, self.config.task
-        constrained = constrains(cfg.generation.constrained_answers, it)
+        cfg, t, g = self.config, self.config.task, self.config.sampler
+        constrained = constrains(g.constrained_answers, it)
         specs = [EpisodeSpec(seed=derive_seed(cfg.run.seed, it, q, j), index=q, options=dict(options or {}),
                              constrain_answers=constrained)
                  for q in range(t.train_first_index, t.train_first_index + t.train_questions)
                  for j in range(per_question)]
-        g = cfg.generation
         env = optima_envs.make(t.env_id, **self._env_kwargs(t.train_kwargs()))
         policy = per_agent(self._policy_for(self.model_before(it), sampling), sampling,
-                           getattr(g, "agent_temperatures", {}), env.possible_agents)
+                           g.temperatures_by_agent(), env.possible_agents)
         engine = RolloutEngine(env, policy, max_live=g.max_live, progress=cfg.run.progress, scheduling=g.scheduling,
                                max_inflight=g.max_inflight)
         records = engine.run(specs)

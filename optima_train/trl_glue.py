@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 from optima_envs.atomic_files import atomic_dir, atomic_write_json
 from optima_envs.errors import OptimaError
-from optima_train.config_base import report_targets
+from optima_train.config.train import report_targets
 from optima_train.run_dir import read_json
 
 __all__ = ["TrainRun", "TrainingLaunchError", "count_trainable", "finish_training", "launch_training",

@@ -59,7 +59,7 @@ def _policy(loop: str) -> Any:
 
 
 def _config(loop: str, model: str, out: Path) -> Any:
-    from optima_train.config_io import from_dict
+    from optima_train.config.io import from_dict
 
     run = {"output_dir": str(out), "progress": False, "num_threads": 1}
     lora = {"r": 2, "alpha": 4}

@@ -15,7 +15,7 @@ env id and its data the same way before printing.
     optima train isft --config configs/gpu/isft/hotpotqa.yaml --plan --gpu-type a100-80gb
 
 `--plan` checks the config and prints its launch plan (processes, GPUs per role, memory per GPU,
-tokens and GPU-hours per iteration; `optima_train.plan_report`) without loading a model or data;
+tokens and GPU-hours per iteration; `optima_train.plan`) without loading a model or data;
 it exits with 2 when the plan lists problems (a phase that does not fit its GPUs).
 """
 
@@ -60,9 +60,8 @@ def config_help(cls: type) -> str:
 def _plan(config_cls: type, config: Path | None, overrides: list[str], extra: dict[str, Any], command: str,
           gpu_type: str, model_size: str | None, prompt_tokens: int) -> None:
     """Parse the config and print its launch plan; exit 2 on a config error or a listed problem."""
-    from optima_train.config_io import load_config
-    from optima_train.plan import GPUS
-    from optima_train.plan_report import build_report
+    from optima_train.config.io import load_config
+    from optima_train.plan import GPUS, build_report
 
     if gpu_type not in GPUS:
         fail(f"--gpu-type {gpu_type!r} is not one of {sorted(GPUS)}")
@@ -83,7 +82,7 @@ def _train(config_cls: type, trainer_cls: type, config: Path | None, overrides: 
            extra: dict[str, Any], print_config: bool, help_config: bool) -> None:
     """Parse, check resources, train; a bad config or a missing resource is refused (exit 2)
     before any model loads (`optima_train.cli.errors`)."""
-    from optima_train.config_io import dump_config, load_config
+    from optima_train.config.io import dump_config, load_config
 
     if help_config:
         Console(soft_wrap=True).print(escape(config_help(config_cls)), highlight=False)

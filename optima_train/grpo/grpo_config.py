@@ -2,8 +2,8 @@
 
     cfg = load_config(GRPOConfig, "configs/grpo/synth_hop.yaml", ["train.beta=0.04"])
 
-It shares the task, model, reward, LoRA, evaluation and run sections with `ISFTConfig`
-(`optima_train.isft.isft_config`), and has its own sampling (`generation`: a group of
+It has the task, model, reward, LoRA, evaluation and run sections every algorithm shares
+(`optima_train.config.sections`), and its own sampling (`generation`: a group of
 `group_size` dialogues per question) and training (`train`: the clipped policy-gradient
 settings) sections. Rules that link fields are checked in `__post_init__`, so a bad value fails at
 parse time, before any model loads.
@@ -16,58 +16,40 @@ no KL penalty (`beta: 0`, TRL's default since DAPO / Dr. GRPO), the group-std no
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from optima_envs.errors import ConfigError
-from optima_train.config_base import (
-    SCHEDULING_KEYS,
-    TRLTrainSection,
-    backend_field,
-    check_backend,
-    check_constrained_answers,
-    check_scheduling,
-    constrained_answers_field,
-    launch_keys,
-    max_inflight_field,
-    redefault,
-    scheduling_field,
-)
-from optima_train.config_base import help_meta as _help
-from optima_train.idpo.idpo_config import check_question_ranges
-from optima_train.isft.isft_config import (
+from optima_train.config.fields import help_meta as _help
+from optima_train.config.fields import redefault
+from optima_train.config.sampler import SCHEDULING_KEYS, RolloutSamplerSection
+from optima_train.config.sections import (
     EvalSection,
     LoraSection,
     ModelSection,
     RewardSection,
     RunSection,
     TaskSection,
+    check_question_ranges,
 )
+from optima_train.config.train import TRLTrainSection, launch_keys
 
 __all__ = ["GRPOConfig", "GRPOGenerationSection", "GRPORunSection", "GRPOTrainSection"]
 
 
 @dataclass
-class GRPOGenerationSection:
-    backend: str = backend_field("hf", "Generation backend; it must load the weights it is given (openai cannot: "
-                                       "it is refused).")
+class GRPOGenerationSection(RolloutSamplerSection):
+    """GRPO's sampler: a group of dialogues per training question (the shared sampling fields are
+    `RolloutSamplerSection`'s; there is no top_p)."""
+
+    temperature: float = redefault(RolloutSamplerSection, "temperature", 0.7,
+                                   "Sampling temperature (> 0). The policy's log-probs are taken at this temperature, "
+                                   "as they were sampled. There is no top_p: the ratio needs the full distribution's "
+                                   "log-probs.")
     group_size: int = field(default=8, metadata=_help(
         "G: dialogues sampled per training question; their rewards are normalised within the group."))
-    temperature: float = field(default=0.7, metadata=_help(
-        "Sampling temperature (> 0). The policy's log-probs are taken at this temperature, as they were sampled. "
-        "There is no top_p: the ratio needs the full distribution's log-probs."))
-    max_new_tokens: int = field(default=128, metadata=_help("Most tokens per utterance."))
-    max_turns: int | None = field(default=None, metadata=_help("Most utterances per dialogue (None: the task's, 10)."))
-    constrained_answers: str = constrained_answers_field()
-    batch_size: int = field(default=64, metadata=_help("Most sequences per generate call (hf backend)."))
-    max_live: int | None = field(default=None, metadata=_help("Most episodes in flight (None: all)."))
-    scheduling: str = scheduling_field()
-    max_inflight: int | None = max_inflight_field()
-    backend_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help(
-        "Extra policy kwargs passed to optima_agents.policies.make_policy (e.g. vllm engine options)."))
 
     def __post_init__(self) -> None:
-        check_scheduling("generation", self.scheduling, self.max_inflight)
-        check_constrained_answers("generation", self.constrained_answers)
+        self.check_engine_options()
         if self.group_size < 2:
             raise ConfigError(f"generation.group_size must be >= 2, got {self.group_size}: a group of one dialogue has "
                               "no spread, so its advantage is always 0 and nothing would be learned")
@@ -75,18 +57,10 @@ class GRPOGenerationSection:
             raise ConfigError(f"generation.temperature must be > 0 for GRPO, got {self.temperature}: greedy sampling "
                               "gives every dialogue of a group the same tokens (and no sampling distribution to "
                               "take a ratio against); use e.g. 0.7")
-        if self.max_new_tokens < 1 or self.batch_size < 1:
-            raise ConfigError(f"generation.max_new_tokens and batch_size must be >= 1, got "
-                              f"{self.max_new_tokens} and {self.batch_size}")
-        if self.max_turns is not None and self.max_turns < 1:
-            raise ConfigError(f"generation.max_turns must be >= 1 or null, got {self.max_turns}")
+        self.check_lengths()
         if self.max_live is not None and self.max_live < 1:
             raise ConfigError(f"generation.max_live must be >= 1 or null, got {self.max_live}")
-        if not check_backend("generation.backend", self.backend).loads_weights:
-            raise ConfigError(
-                f"generation.backend={self.backend!r} cannot drive GRPO: every iteration trains new weights, and a "
-                f"{self.backend!r} policy generates with weights a server holds, which cannot be made to load them "
-                "from here. Use a backend that loads the weights it is given ('hf' or 'vllm')")
+        self.check_loads_weights("GRPO")
 
 
 @dataclass
@@ -170,16 +144,23 @@ class GRPOConfig:
     run: GRPORunSection = field(default_factory=GRPORunSection)
 
     #: Fields that may differ when resuming a run (everything else must match the stored config).
-    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", *SCHEDULING_KEYS, *launch_keys("train"))
+    RESUMABLE: ClassVar[tuple[str, ...]] = ("run.iterations", "run.progress", "run.num_threads", *SCHEDULING_KEYS,
+                                            *launch_keys("train"))
 
     #: What one reported unit of `--plan` is called.
     PLAN_PERIOD = "iteration"
 
+    @property
+    def sampler(self) -> GRPOGenerationSection:
+        """The section the groups of dialogues are sampled with."""
+        return self.generation
+
     def plan_workload(self) -> list:
         """What one iteration samples and trains (`optima train ... --plan`)."""
-        from optima_train.plan_config import grpo_stage
+        from optima_train.plan.workload import grpo_stage
 
         return [grpo_stage(self)]
+
     def __post_init__(self) -> None:
         check_question_ranges(self.task, self.eval, self.task.train_first_index, self.task.train_questions)
 

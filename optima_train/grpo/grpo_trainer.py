@@ -73,7 +73,6 @@ import transformers
 
 from optima_envs.atomic_files import atomic_write_parquet
 from optima_train.grpo.grpo_config import GRPOConfig
-from optima_train.loop import IterativeTrainer
 from optima_train.sampled_dialogues import (
     EPISODES,
     SampledDialogues,
@@ -455,14 +454,12 @@ def train_grpo(cfg: GRPOConfig, rows: list[dict[str, Any]], init: str, folder: P
 
 
 # ---------------------------------------------------------------------------------- the loop
-class GRPOTrainer(SampledDialogues, IterativeTrainer):
+class GRPOTrainer(SampledDialogues[GRPOConfig]):
     """Runs (or resumes) a multi-agent GRPO run described by a `GRPOConfig` (arguments:
     `IterativeTrainer`)."""
 
-    config: GRPOConfig
     NAME = "grpo"
     STEPS = ("generation", "scoring", "training")
-    SAMPLER = "generation"
     SCALARS = ("heldout_score", "heldout_tokens", "sample_mean_score", "sample_mean_tokens", "reward_mean",
                "reward_std", "zero_variance_groups", "train_loss", "mean_ratio", "clip_fraction", "kl")
 

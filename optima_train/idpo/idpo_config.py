@@ -2,8 +2,8 @@
 
     cfg = load_config(IDPOConfig, "configs/idpo/synth_hop.yaml", ["train.beta=0.2"])
 
-It shares the task, model, reward, LoRA, evaluation and run sections with `ISFTConfig`
-(`optima_train.isft.isft_config`), and adds the search (`search`, `mcts`), pair extraction
+It has the task, model, reward, LoRA, evaluation and run sections every algorithm shares
+(`optima_train.config.sections`), and adds the search (`search`, `mcts`), pair extraction
 (`pairs`) and DPO training (`train`) sections. Rules that link fields are checked in
 `__post_init__`, so a bad value fails at parse time, before any model loads.
 
@@ -17,31 +17,37 @@ LoRA one (the reference trains all weights at 5e-7).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from optima_agents.mcts.mcts_config import MCTSConfig, PairConfig
 from optima_envs.errors import ConfigError
-from optima_train.config_base import TRLTrainSection, backend_field, check_backend, launch_keys, redefault
-from optima_train.config_base import help_meta as _help
-from optima_train.isft.isft_config import (
+from optima_train.config.fields import help_meta as _help
+from optima_train.config.fields import redefault
+from optima_train.config.sampler import SamplerSection, backend_field
+from optima_train.config.sections import (
     EvalSection,
     LoraSection,
     ModelSection,
     RewardSection,
     RunSection,
     TaskSection,
+    check_question_ranges,
 )
+from optima_train.config.train import TRLTrainSection, launch_keys
 
-__all__ = ["DPOTrainSection", "IDPOConfig", "IDPORunSection", "SearchRewardSection", "SearchSection",
-           "check_question_ranges"]
+__all__ = ["DPOTrainSection", "IDPOConfig", "IDPORunSection", "SearchRewardSection", "SearchSection"]
+
 
 @dataclass
-class SearchSection:
+class SearchSection(SamplerSection):
+    """iDPO's sampler: the MCTS search over dialogue turns, tree by tree (the backend fields are
+    `SamplerSection`'s; the search settings are the `mcts` section)."""
+
+    SECTION = "search"
+
     backend: str = backend_field("hf", "Generation backend of the search.")
-    batch_size: int = field(default=64, metadata=_help("Most sequences per generate call (hf backend)."))
     backend_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help(
         "Extra policy kwargs (vllm: gpu_memory_utilization...; openai: base_urls, api_key...)."))
-    max_turns: int | None = field(default=None, metadata=_help("Most utterances per dialogue (None: the task's, 10)."))
     questions: int | None = field(default=None, metadata=_help(
         "Trees (training questions) searched per iteration (None: task.train_questions)."))
     new_questions_each_iteration: bool = field(default=True, metadata=_help(
@@ -62,11 +68,10 @@ class SearchSection:
             raise ConfigError(f"search.round_trees must be >= 1, got {self.round_trees}")
         if self.batch_size < 1:
             raise ConfigError(f"search.batch_size must be >= 1, got {self.batch_size}")
-        if self.max_turns is not None and self.max_turns < 1:
-            raise ConfigError(f"search.max_turns must be >= 1 or null, got {self.max_turns}")
+        self.check_max_turns()
         if self.questions is not None and self.questions < 1:
             raise ConfigError(f"search.questions must be >= 1 or null, got {self.questions}")
-        spec = check_backend("search.backend", self.backend)
+        spec = self.backend_spec()
         if "base_urls" in spec.options and not self.backend_kwargs.get("base_urls"):
             raise ConfigError(f"search.backend={self.backend!r} needs search.backend_kwargs.base_urls "
                               "(the servers that serve the model being trained)")
@@ -141,16 +146,22 @@ class IDPOConfig:
     run: IDPORunSection = field(default_factory=IDPORunSection)
 
     #: Fields that may differ when resuming a run (everything else must match the stored config).
-    RESUMABLE = ("run.iterations", "run.progress", "run.num_threads", *launch_keys("train"))
+    RESUMABLE: ClassVar[tuple[str, ...]] = ("run.iterations", "run.progress", "run.num_threads", *launch_keys("train"))
 
     #: What one reported unit of `--plan` is called.
     PLAN_PERIOD = "iteration"
 
+    @property
+    def sampler(self) -> SearchSection:
+        """The section the search generates with."""
+        return self.search
+
     def plan_workload(self) -> list:
         """What one iteration samples and trains (`optima train ... --plan`)."""
-        from optima_train.plan_config import idpo_stage
+        from optima_train.plan.workload import idpo_stage
 
         return [idpo_stage(self, self.search, self.train, "train", self.questions)]
+
     def __post_init__(self) -> None:
         iterations = self.run.iterations if self.search.new_questions_each_iteration else 1
         check_question_ranges(self.task, self.eval, self.task.train_first_index, self.questions * iterations)
@@ -172,17 +183,3 @@ class IDPOConfig:
             start += iteration * self.questions
         return range(start, start + self.questions)
 
-
-def check_question_ranges(task: TaskSection, eval_section: EvalSection, first: int, count: int) -> None:
-    """Refuse training questions `first .. first + count - 1` that overlap the held-out ones when
-    both come from the same env."""
-    if task.train_kwargs() != task.eval_kwargs():
-        return
-    train = range(first, first + count)
-    held = range(task.eval_first_index, task.eval_first_index + eval_section.episodes)
-    if train.start < held.stop and held.start < train.stop:
-        raise ConfigError(
-            f"training questions {train.start}..{train.stop - 1} (over all iterations) and held-out questions "
-            f"{held.start}..{held.stop - 1} come from the same env (task.train_env_kwargs == task.eval_env_kwargs) "
-            "and overlap; use different splits or disjoint task.train_first_index / task.eval_first_index"
-        )

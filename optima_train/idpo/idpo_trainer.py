@@ -49,13 +49,11 @@ class SearchRounds(NamedTuple):
     read_back: int
 
 
-class IDPOTrainer(IterativeTrainer):
+class IDPOTrainer(IterativeTrainer[IDPOConfig]):
     """Runs (or resumes) an iDPO run described by an `IDPOConfig` (arguments: `IterativeTrainer`)."""
 
-    config: IDPOConfig
     NAME = "idpo"
     STEPS = ("search", "training")
-    SAMPLER = "search"
     SCALARS = ("heldout_score", "heldout_tokens", "kept_pairs", "mean_gap", "mean_root_value", "train_loss",
                "reward_accuracy")
     NEEDS_SNAPSHOT = True

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 from optima_envs.atomic_files import atomic_write_json
 from optima_train.isft.isft_config import ISFTConfig
-from optima_train.loop import IterativeTrainer, PolicyFactory, StepHook
+from optima_train.loop import PolicyFactory, StepHook
 from optima_train.sampled_dialogues import (
     EPISODES,
     SampledDialogues,
@@ -38,13 +38,11 @@ from optima_train.sampled_dialogues import (
 
 __all__ = ["ISFTTrainer", "PolicyFactory", "StepHook"]
 
-class ISFTTrainer(SampledDialogues, IterativeTrainer):
+class ISFTTrainer(SampledDialogues[ISFTConfig]):
     """Runs (or resumes) an iSFT run described by an `ISFTConfig` (arguments: `IterativeTrainer`)."""
 
-    config: ISFTConfig
     NAME = "isft"
     STEPS = ("generation", "scoring", "selection", "training")
-    SAMPLER = "generation"
     SCALARS = ("heldout_score", "heldout_tokens", "sample_mean_score", "sample_mean_tokens", "mean_reward",
                "kept_examples", "train_loss")
 

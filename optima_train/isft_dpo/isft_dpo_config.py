@@ -17,31 +17,24 @@ iteration and one iDPO iteration each; the format-diverse instructions only in t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from optima_agents.mcts.mcts_config import MCTSConfig, PairConfig
 from optima_envs.errors import ConfigError
-from optima_train.config_base import SCHEDULING_KEYS, launch_keys
-from optima_train.config_base import help_meta as _help
-from optima_train.config_io import config_to_dict, from_dict
-from optima_train.idpo.idpo_config import (
-    DPOTrainSection,
-    IDPOConfig,
-    SearchRewardSection,
-    SearchSection,
-    check_question_ranges,
-)
-from optima_train.isft.isft_config import (
+from optima_train.config.fields import help_meta as _help
+from optima_train.config.io import config_to_dict, from_dict
+from optima_train.config.sampler import SCHEDULING_KEYS
+from optima_train.config.sections import (
     EvalSection,
-    GenerationSection,
-    ISFTConfig,
     LoraSection,
     ModelSection,
     RunSection,
-    SelectionSection,
     TaskSection,
-    TrainSection,
+    check_question_ranges,
 )
+from optima_train.config.train import launch_keys
+from optima_train.idpo.idpo_config import DPOTrainSection, IDPOConfig, SearchRewardSection, SearchSection
+from optima_train.isft.isft_config import GenerationSection, ISFTConfig, SelectionSection, TrainSection
 
 __all__ = ["CycleSection", "ISFTDPOConfig", "ISFTDPORunSection", "stage_dir"]
 
@@ -99,19 +92,20 @@ class ISFTDPOConfig:
     run: ISFTDPORunSection = field(default_factory=ISFTDPORunSection)
 
     #: Fields that may differ when resuming a run (everything else must match the stored config).
-    RESUMABLE = ("cycles.count", "run.progress", "run.num_threads", "sft.padding_free", *SCHEDULING_KEYS,
-                 *launch_keys("sft", "dpo"))
+    RESUMABLE: ClassVar[tuple[str, ...]] = ("cycles.count", "run.progress", "run.num_threads", "sft.padding_free",
+                                            *SCHEDULING_KEYS, *launch_keys("sft", "dpo"))
 
     #: What one reported unit of `--plan` is called.
     PLAN_PERIOD = "cycle"
 
     def plan_workload(self) -> list:
         """What one cycle samples and trains (`optima train ... --plan`)."""
-        from optima_train.plan_config import idpo_stage, isft_stage
+        from optima_train.plan.workload import idpo_stage, isft_stage
 
         c = self.cycles
         return [isft_stage(self, self.generation, self.sft, "sft", self.task.train_questions, c.isft_iterations),
                 idpo_stage(self, self.search, self.dpo, "dpo", self.dpo_questions, c.idpo_iterations)]
+
     def __post_init__(self) -> None:
         check_question_ranges(self.task, self.eval, self.task.train_first_index,
                               self.questions_per_cycle * self.cycles.count)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from optima_envs.atomic_files import atomic_write_json
-from optima_train.config_io import config_to_dict
+from optima_train.config.io import config_to_dict
 from optima_train.idpo.idpo_trainer import IDPOTrainer
 from optima_train.isft.isft_trainer import ISFTTrainer
 from optima_train.isft_dpo.isft_dpo_config import ISFTDPOConfig, stage_dir

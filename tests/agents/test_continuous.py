@@ -323,7 +323,7 @@ class TestRolloutCommand:
 class TestConfigFields:
     @pytest.mark.parametrize("config", ["isft", "grpo"])
     def test_generation_sections_parse_and_check_them(self, config):
-        from optima_train.config_io import from_dict
+        from optima_train.config.io import from_dict
         from optima_train.grpo.grpo_config import GRPOConfig
         from optima_train.isft.isft_config import ISFTConfig
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.training_repeats import best_baseline, stage_cells, stage_checkpoints, summarize
-from optima_train.config_io import dump_config, load_config
+from optima_train.config.io import dump_config, load_config
 from optima_train.isft_dpo import ISFTDPOConfig
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import optima_envs
-from optima_train.config_io import load_yaml
+from optima_train.config.io import load_yaml
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*/*.yaml"))
 ENV_IDS = sorted({s.name for s in optima_envs.registry.values()})

@@ -17,7 +17,7 @@ from optima_train.adapter_stack import (
     stack_adapters,
     stack_lora_tensors,
 )
-from optima_train.config_io import load_config
+from optima_train.config.io import load_config
 from tests.train.tiny_model import build_tiny_model, write_tiny_sft_data
 
 KEY = "base_model.model.model.layers.0.self_attn.q_proj"

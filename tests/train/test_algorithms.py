@@ -17,8 +17,8 @@ from optima_agents.policies.registry import BACKENDS
 from optima_envs.errors import ConfigError
 from optima_train.algorithms import ALGORITHMS, AlgorithmSpec, algorithm, algorithm_names, register_algorithm
 from optima_train.cli.train import build_app
-from optima_train.config_base import TRLTrainSection
-from optima_train.config_io import load_config
+from optima_train.config.train import TRLTrainSection
+from optima_train.config.io import load_config
 from optima_train.idpo import IDPOConfig
 from optima_train.idpo.idpo_config import DPOTrainSection
 from optima_train.isft import ISFTConfig, ISFTTrainer

@@ -95,7 +95,7 @@ from optima_agents.rollout import EpisodeSpec, RolloutEngine
 from optima_envs.errors import ConfigError
 from optima_eval.evaluation import build_policy
 from optima_train.cli import app
-from optima_train.config_io import load_config
+from optima_train.config.io import load_config
 from optima_train.isft import ISFTConfig
 
 cfg = load_config(ISFTConfig, sys.argv[1])

@@ -11,7 +11,7 @@ import pytest
 
 from optima_envs.data.common import DATA_DIR_ENV
 from optima_envs.errors import ConfigError
-from optima_train.config_io import load_config
+from optima_train.config.io import load_config
 from optima_train.idpo import IDPOConfig
 from optima_train.isft import ISFTConfig, ISFTTrainer
 from optima_train.isft_dpo import ISFTDPOConfig

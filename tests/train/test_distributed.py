@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from optima_train.config_io import load_config
+from optima_train.config.io import load_config
 
 pytestmark = pytest.mark.model
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optima_train.config_io import load_config
+from optima_train.config.io import load_config
 from tests.train.tiny_model import write_tiny_sft_data
 
 FAST = ["model.device=cpu", "lora.enabled=false", "train.max_steps=2", "train.per_device_train_batch_size=2",

@@ -13,7 +13,7 @@ import yaml
 
 from optima_agents.rollout.records import EpisodeRecord, TurnRecord
 from optima_envs.errors import ConfigError
-from optima_train.config_io import load_config
+from optima_train.config.io import load_config
 from optima_train.grpo import GRPOConfig, GRPOTrainer
 from optima_train.grpo.grpo_trainer import clipped_policy_loss, group_advantages, policy_examples
 from optima_train.run_dir import RunDir, read_json
@@ -324,7 +324,7 @@ class TestTinyIteration:
 
 
 def test_grpo_accepts_the_accelerate_launcher():
-    from optima_train.config_io import load_config
+    from optima_train.config.io import load_config
     from optima_train.grpo import GRPOConfig
 
     cfg = load_config(GRPOConfig, None, ["train.launcher=accelerate", "train.launch_args=[--num_processes, '2']"])

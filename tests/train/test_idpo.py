@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from optima_envs.errors import ConfigError
-from optima_train.config_io import from_dict, load_config
+from optima_train.config.io import from_dict, load_config
 from optima_train.idpo import IDPOConfig, IDPOTrainer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from optima_envs.atomic_files import atomic_write_bytes, atomic_write_json
 from optima_envs.data.common import DATA_DIR_ENV
 from optima_envs.errors import ConfigError
 from optima_envs.test import FIXTURES
-from optima_train.config_io import config_to_dict, dump_config, from_dict, load_config
+from optima_train.config.io import config_to_dict, dump_config, from_dict, load_config
 from optima_train.isft import ISFTConfig, ISFTTrainer
 from optima_train.run_dir import RunDir, RunLockedError, read_json
 
@@ -333,7 +333,7 @@ class TestResumeScripted:
         child_script.write_text(textwrap.dedent(f"""\
             import time
             from optima_agents.policies import ScriptedPolicy
-            from optima_train.config_io import load_config
+            from optima_train.config.io import load_config
             from optima_train.isft import ISFTConfig, ISFTTrainer
             from tests.train.test_isft import script
             def hook(stage, step, info):

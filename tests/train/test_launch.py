@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from optima_train.config_io import load_config
+from optima_train.config.io import load_config
 
 
 def test_a_failed_launch_raises_with_its_spec_and_log(tmp_path):

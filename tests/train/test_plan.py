@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from optima_envs.errors import ConfigError
-from optima_train.config_io import load_config
-from optima_train.plan import (
+from optima_train.config.io import load_config
+from optima_train.plan.arithmetic import (
     AMP_FP32,
     DEEPSPEED_BF16,
     GIB,
@@ -26,7 +26,8 @@ from optima_train.plan import (
     training_memory,
     vllm_memory,
 )
-from optima_train.plan_config import read_launch, resolve_size, workload
+from optima_train.plan.inputs import read_launch, resolve_size
+from optima_train.plan.workload import workload
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = ROOT / "configs" / "gpu"
@@ -315,7 +316,7 @@ def test_gpu_configs_cover_the_eight_paper_tasks_with_the_paper_settings(monkeyp
 
 
 def test_every_builtin_algorithm_declares_its_workload(monkeypatch):
-    from optima_train.config_io import load_config
+    from optima_train.config.io import load_config
     from optima_train.grpo import GRPOConfig
 
     cfg = load_config(GRPOConfig, ROOT / "configs/grpo/synth_hop.yaml", ["task.train_questions=12",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from optima_train.config_io import load_config
+from optima_train.config.io import load_config
 from tests.train.tiny_model import write_tiny_sft_data
 
 FAST = ["model.device=cpu", "lora.enabled=false", "train.max_steps=3", "train.per_device_train_batch_size=3",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from optima_train.config_io import load_config
+from optima_train.config.io import load_config
 from optima_train.idpo import IDPOConfig
 from optima_train.isft import ISFTConfig
 from optima_train.trl_glue import training_args

@@ -36,7 +36,7 @@ def test_explicit_bf16_setting_is_kept(native) -> None:
 
 
 def test_model_section_resolves_for_its_device(native) -> None:
-    from optima_train.isft.isft_config import ModelSection
+    from optima_train.config.sections import ModelSection
 
     assert ModelSection(dtype="auto", device="cpu").resolved_dtype() == ("bfloat16" if native else "float32")
     assert ModelSection(dtype="float32", device="cuda").resolved_dtype() == "float32"

@@ -12,7 +12,7 @@ import pytest
 import optima_envs
 from optima_envs.data.common import DATA_DIR_ENV
 from optima_envs.test import FIXTURES, env_kwargs
-from optima_train.config_io import load_config
+from optima_train.config.io import load_config
 from optima_train.idpo import IDPOConfig
 from optima_train.isft import ISFTConfig
 from optima_train.isft_dpo import ISFTDPOConfig

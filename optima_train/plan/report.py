@@ -2,7 +2,7 @@
 
 It says which processes run where (the coordinating loop, the vLLM engine, the training processes),
 the memory each GPU needs in each phase, the tokens one iteration samples and trains on, and what
-that costs in GPU-hours under the stated `plan.Throughput` assumptions. Problems (a phase that does
+that costs in GPU-hours under the stated `plan.arithmetic.Throughput` assumptions. Problems (a phase that does
 not fit a GPU, a launch the loop cannot start) are listed last; the command then exits with 2.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from optima_train.plan import (
+from optima_train.plan.arithmetic import (
     AMP_FP32,
     DEEPSPEED_BF16,
     GIB,
@@ -26,7 +26,8 @@ from optima_train.plan import (
     training_memory,
     vllm_memory,
 )
-from optima_train.plan_config import Launch, ModelSize, Stage, agents, read_launch, resolve_size, workload
+from optima_train.plan.inputs import Launch, ModelSize, read_launch, resolve_size
+from optima_train.plan.workload import Stage, agents, workload
 
 __all__ = ["CUDA_CONTEXT", "PlanReport", "build_report"]
 

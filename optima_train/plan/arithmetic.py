@@ -1,6 +1,6 @@
 """Launch-plan arithmetic: model sizes, memory per GPU, tokens and GPU-hours, as pure functions.
 
-`optima train <algo> --plan` (see `optima_train.plan_config`) reads a config and calls these; nothing
+`optima train <algo> --plan` (`optima_train.plan.report`) reads a config and calls these; nothing
 here loads a model, a dataset or a GPU, so every number can be checked by hand (tests/train/test_plan.py).
 
 Memory per GPU for training with AdamW (ZeRO paper, Rajbhandari et al. 2020, section 3.1):

@@ -1,13 +1,10 @@
-"""What `--plan` reads: the model's size, the accelerate topology and each algorithm's workload.
+"""What `--plan` reads besides the workload: the model's size and the accelerate topology.
 
 Nothing here loads a model or data: a model's size comes from a local folder's config.json (and its
 safetensors headers), else from `plan.KNOWN_MODELS`, else from `--model-size`; the topology comes from
 the train section's accelerate config file (and its DeepSpeed JSON) and `launch_args`, parsed by
-accelerate's own argument parser. `optima_train.plan_report` turns these into the printed plan.
-
-An algorithm's workload (dialogues sampled and examples trained per iteration) is declared by its
-config: `plan_workload() -> list[Stage]`, built from the stage builders here (`isft_stage`,
-`idpo_stage`, `grpo_stage`) or its own, and `PLAN_PERIOD`, what one reported iteration is called.
+accelerate's own argument parser. `optima_train.plan.report` turns these and the workload
+(`optima_train.plan.workload`) into the printed plan.
 """
 
 from __future__ import annotations
@@ -23,11 +20,9 @@ from typing import Any, Mapping
 import yaml
 
 from optima_envs.errors import ConfigError
-from optima_train.plan import KNOWN_MODELS, ModelArch
+from optima_train.plan.arithmetic import KNOWN_MODELS, ModelArch
 
-__all__ = ["Launch", "ModelSize", "Stage", "read_launch", "resolve_size", "workload"]
-
-DEFAULT_TURNS = 10  # the paper tasks' dialogue limit when a config leaves max_turns null
+__all__ = ["Launch", "ModelSize", "read_launch", "resolve_size"]
 
 
 @dataclass(frozen=True)
@@ -189,75 +184,3 @@ def _read_mapping(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{what}: {str(path)!r} must hold a mapping")
     return data
-
-
-# ---------------------------------------------------------------------- workload
-@dataclass(frozen=True)
-class Stage:
-    """One repeated unit of an algorithm's work: dialogues sampled, then examples trained.
-
-    `repeats` is how often it runs per reported iteration (an iSFT-DPO cycle runs its iSFT stage
-    `cycles.isft_iterations` times). `examples` is an upper bound (every question kept, every
-    branching node paired); `preference` examples are (chosen, rejected) pairs.
-    """
-
-    name: str
-    sampler_name: str
-    sampler: Any
-    train_name: str
-    train: Any
-    dialogues: int
-    dialogues_how: str
-    turns: int
-    max_new_tokens: int
-    examples: int
-    examples_how: str
-    preference: bool = False
-    repeats: int = 1
-
-
-def workload(cfg: Any) -> tuple[str, list[Stage]]:
-    """(what one iteration is called, its stages), as the config declares them
-    (`plan_workload()`, `PLAN_PERIOD`); a config that declares none gets no stages."""
-    declared = getattr(cfg, "plan_workload", None)
-    if not callable(declared):
-        return "iteration", []
-    return getattr(cfg, "PLAN_PERIOD", "iteration"), list(declared())
-
-
-def agents(cfg: Any) -> int:
-    """Agents per dialogue (one training example each in iSFT): env_kwargs.num_agents, else 2."""
-    return int(cfg.task.env_kwargs.get("num_agents", 2))
-
-
-def isft_stage(cfg: Any, gen: Any, train: Any, train_name: str, questions: int, repeats: int = 1) -> Stage:
-    """Sampled dialogues, the kept ones trained on: one SFT example per agent of each kept dialogue."""
-    kept = math.ceil(questions * cfg.selection.keep_fraction)
-    return Stage("iSFT", "generation", gen, train_name, train, questions * gen.samples_per_question,
-                 f"{questions:,} questions x {gen.samples_per_question} samples", gen.max_turns or DEFAULT_TURNS,
-                 gen.max_new_tokens, kept * agents(cfg),
-                 f"{kept:,} kept questions ({cfg.selection.keep_fraction:.0%}) x {agents(cfg)} agents",
-                 repeats=repeats)
-
-
-def idpo_stage(cfg: Any, search: Any, train: Any, train_name: str, trees: int, repeats: int = 1) -> Stage:
-    """MCTS over dialogue turns, its branching nodes paired for DPO."""
-    m = cfg.mcts
-    rollouts = m.iterations * m.rollouts_per_expansion
-    pairs = math.floor(m.iterations * cfg.pairs.keep_fraction)
-    turns = search.max_turns or m.max_depth or DEFAULT_TURNS
-    return Stage("iDPO", "search", search, train_name, train, trees * rollouts,
-                 f"{trees:,} trees x {m.iterations} expansions x {m.rollouts_per_expansion} rollouts", turns,
-                 m.max_new_tokens, trees * pairs,
-                 f"{trees:,} trees x {pairs} pairs ({m.iterations} expansions x keep {cfg.pairs.keep_fraction:g})",
-                 preference=True, repeats=repeats)
-
-
-def grpo_stage(cfg: Any) -> Stage:
-    """A group of dialogues per training question, every agent's turns of every dialogue trained
-    on (a group whose rewards are all equal has zero advantage but is still a row)."""
-    gen = cfg.generation
-    dialogues = cfg.task.train_questions * gen.group_size
-    return Stage("GRPO", "generation", gen, "train", cfg.train, dialogues,
-                 f"{cfg.task.train_questions:,} questions x {gen.group_size} per group", gen.max_turns or DEFAULT_TURNS,
-                 gen.max_new_tokens, dialogues * agents(cfg), f"{dialogues:,} dialogues x {agents(cfg)} agents")

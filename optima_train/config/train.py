@@ -1,6 +1,5 @@
-"""What every trainer config shares: the field-metadata helpers, the backend field (checked
-against the backend registry, not a fixed list), the rollout scheduling fields of generation
-sections and the base of the `train` sections.
+"""The base of every method's `train` section: the TRL fields every trainer passes on, how a
+step is launched, and which trackers it reports to.
 
     class DPOTrainSection(TRLTrainSection):
         TRL_CONFIG = "DPOConfig"
@@ -19,105 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from optima_envs.errors import ConfigError
+from optima_train.config.fields import help_meta
 
-__all__ = ["BACKEND_HELP", "LAUNCH_FIELDS", "SCHEDULING_KEYS", "TRLTrainSection", "backend_field", "check_backend",
-           "check_scheduling", "help_meta", "launch_keys", "max_inflight_field", "redefault", "scheduling_field"]
-
-BACKEND_HELP = ("hf (transformers), vllm (in-process) or openai (OpenAI-compatible servers), or any backend "
-                "installed through the entry-point group optima.backends")
-
-
-def help_meta(text: str, **more: Any) -> dict[str, Any]:
-    """A config field's metadata: its help text, plus e.g. `choices`."""
-    return {"help": text, **more}
-
-
-def redefault(base: type, name: str, default: Any, help: str | None = None) -> Any:
-    """Field `name` of the dataclass `base` with another default (and optionally another help
-    text), for a subclass whose method needs a different value."""
-    original = {f.name: f for f in dataclasses.fields(base)}[name]
-    metadata = {**original.metadata, **({"help": help} if help is not None else {})}
-    return field(default=default, metadata=metadata)
-
-
-def backend_field(default: str, text: str) -> Any:
-    """A `backend` field: any registered backend name (`check_backend` checks it)."""
-    return field(default=default, metadata=help_meta(f"{text} One of: {BACKEND_HELP}."))
-
-
-def check_backend(where: str, name: str) -> Any:
-    """The registered backend `name` (`optima_agents.policies.registry.BackendSpec`), for the
-    config field `where`.
-
-    Raises:
-        ConfigError: `name` is not registered; the message lists the registered backends and
-            says how to register one.
-    """
-    from optima_agents.policies.registry import backend_spec
-
-    try:
-        return backend_spec(name)
-    except ConfigError as error:
-        raise ConfigError(f"{where}: {error}") from None
-
-
-def scheduling_field() -> Any:
-    """A generation section's `scheduling`: how the rollout engine sends turns to the backend."""
-    from optima_agents.rollout.scheduling import SCHEDULINGS
-
-    return field(default="auto", metadata=help_meta(
-        "How turns reach the backend: lock-step (one batched call per step), continuous (each episode's next turn "
-        "as soon as its previous reply is in; backends that submit, vllm and openai) or auto (continuous where the "
-        "backend supports it). The records are the same either way.", choices=list(SCHEDULINGS)))
-
-
-def max_inflight_field() -> Any:
-    """A generation section's `max_inflight`: the most turn requests outstanding at once."""
-    return field(default=None, metadata=help_meta(
-        "Most turn requests outstanding at once, one per live episode (None: every episode in lock step, 256 in "
-        "continuous mode; max_live also applies, the smaller wins)."))
-
-
-def check_scheduling(section: str, scheduling: str, max_inflight: int | None) -> None:
-    """Checks a generation section's `scheduling` and `max_inflight` (`section` names it).
-
-    Raises:
-        ConfigError: an unknown scheduling or a max_inflight below 1.
-    """
-    from optima_agents.rollout.scheduling import SCHEDULINGS, check_max_inflight
-
-    if scheduling not in SCHEDULINGS:
-        raise ConfigError(f"{section}.scheduling must be one of {list(SCHEDULINGS)}, got {scheduling!r}")
-    check_max_inflight(max_inflight, field=f"{section}.max_inflight")
-
-
-#: When a loop samples answer moves constrained to the task's answer pattern.
-CONSTRAINED_ANSWERS = ("never", "first_iteration", "always")
-
-
-def constrained_answers_field() -> Any:
-    """A generation section's `constrained_answers`: exploration for a model that does not write
-    moves the task can read yet."""
-    return field(default="never", metadata=help_meta(
-        "Sample each answering agent's turns constrained to the task's answer pattern (one readable move and "
-        "nothing else; tasks with an answer_pattern, on vllm or openai): never, first_iteration (like the format "
-        "pool: the first iteration explores with it, training and evaluation never use it) or always (every "
-        "iteration's sampling; held-out evaluation stays unconstrained).", choices=list(CONSTRAINED_ANSWERS)))
-
-
-def check_constrained_answers(section: str, value: str) -> None:
-    if value not in CONSTRAINED_ANSWERS:
-        raise ConfigError(f"{section}.constrained_answers must be one of {list(CONSTRAINED_ANSWERS)}, got {value!r}")
-
-
-def constrains(value: str, it: int) -> bool:
-    """Whether iteration `it` samples answers constrained under the setting `value`."""
-    return value == "always" or (value == "first_iteration" and it == 0)
-
-
-#: The scheduling fields of a `generation` section: they change how fast dialogues are sampled,
-#: never which, so a run may resume with other values.
-SCHEDULING_KEYS = ("generation.scheduling", "generation.max_inflight")
+__all__ = ["LAUNCH_FIELDS", "TRLTrainSection", "launch_keys", "report_targets"]
 
 
 #: The `TRLTrainSection` fields that say how a step is launched, not what it trains.
