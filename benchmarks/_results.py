@@ -17,8 +17,23 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def machine() -> dict[str, Any]:
-    """What a result ran on."""
-    return {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()}
+    """What a result ran on; `cpu_kind` says which bf16 path the CPU has, since every CPU figure
+    depends on it."""
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count(),
+            "cpu_kind": cpu_kind()}
+
+
+def cpu_kind() -> str:
+    """AMX, AVX512-BF16 or AVX2: which bf16 path this CPU has (Linux /proc/cpuinfo)."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown"
+    if "amx_bf16" in flags:
+        return "AMX"
+    if "avx512_bf16" in flags:
+        return "AVX512-BF16"
+    return "AVX2" if "avx2" in flags else "no AVX2"
 
 
 def write_result(name: str, payload: dict[str, Any]) -> Path:

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
 
 
 def chance(min_candidates: int, max_candidates: int) -> float:
@@ -104,7 +104,7 @@ def report(payload: dict[str, Any]) -> str:
              *[f"Runs kept from an earlier collection: `{c}`" for c in payload.get("earlier_commands", [])],
              *([""] if payload.get("earlier_commands") else []),
              f"Held-out set: {base.get('episodes', '?')} `referential-game` games, {base.get('env_kwargs', {})}, "
-             "greedy, reset seeds 1,000,000 + i. Untrained pair (the embedded SmolLM2-135M): "
+             f"greedy, reset seeds 1,000,000 + i; collected on a {payload.get('machine_cpu', '?')} CPU. Untrained pair (the embedded SmolLM2-135M): "
              f"**{base.get('score', float('nan')):.3f}** at {base.get('tokens', float('nan')):.1f} tokens per game; "
              f"a random pick scores {odds:.3f}; the listener alone (no talk) can only guess, so the no-talk "
              "ceiling is chance.", "",
@@ -172,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         evals[label] = json.loads((ROOT / path).read_text())
     kwargs = untrained.get("env_kwargs", {"min_candidates": 4, "max_candidates": 6})
     payload = {"command": invocation("game_training.py"), "earlier_commands": earlier, "untrained": untrained,
+               "machine_cpu": machine()["cpu_kind"],
                "chance": chance(kwargs.get("min_candidates", 4), kwargs.get("max_candidates", 6)),
                "aggregate": aggregate(runs), "runs": {v: {str(s): r for s, r in seeds.items()} for v, seeds in runs.items()},
                "evals": evals}

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
+from benchmarks._results import RESULTS, cpu_kind, invocation, write_report, write_result  # noqa: E402
 
 ROWS = (1, 8, 64, 256, 1024)
 
@@ -72,19 +72,6 @@ class ModelShapes:
         """Multiply-adds of the linear layers for one token, times 2 (attention scores over the
         context are left out: at these context lengths they are a few percent)."""
         return sum(2.0 * i * o * self.layer_count(n) for n, (i, o) in self.linears().items())
-
-
-def cpu_kind() -> str:
-    """AMX, AVX512-BF16 or AVX2: which bf16 path this CPU has (Linux /proc/cpuinfo)."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return "unknown"
-    if "amx_bf16" in flags:
-        return "AMX"
-    if "avx512_bf16" in flags:
-        return "AVX512-BF16"
-    return "AVX2" if "avx2" in flags else "no AVX2"
 
 
 def native_bf16(kind: str) -> bool:
