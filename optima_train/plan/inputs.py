@@ -39,6 +39,14 @@ _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmbt]?)\s*$", re.IGNORECA
 _SCALE = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 
 
+def _adapter_base(name: str) -> str | None:
+    """The base of a registered trained model shipped as an adapter (its size is the base's)."""
+    from optima_agents.models.registry import MODEL_REGISTRY, AdapterSpec
+
+    spec = MODEL_REGISTRY.get(name.strip().lower())
+    return spec.base if isinstance(spec, AdapterSpec) else None
+
+
 def resolve_size(name: str, override: str | None = None, *, what: str = "model.name") -> ModelSize:
     """The size of model `name` (a local folder, or a known model), or of `override` (`--model-size`:
     a known model, a folder, or a parameter count such as 8.03e9 or 8B).
@@ -59,6 +67,10 @@ def resolve_size(name: str, override: str | None = None, *, what: str = "model.n
         counted = safetensors_parameters(folder)
         how = "safetensors headers" if counted else "config.json"
         return ModelSize(name, counted or arch.parameters(), arch, f"{how} in {folder}")
+    adapter = _adapter_base(target)
+    if adapter is not None:
+        base = resolve_size(adapter, what=what)
+        return ModelSize(name, base.parameters, base.arch, f"a LoRA adapter over {adapter}: {base.source}")
     arch = KNOWN_MODELS.get(target.strip().lower())
     if arch is not None:
         return ModelSize(name, arch.parameters(), arch, "known-model table, optima_train.plan.KNOWN_MODELS")

@@ -127,6 +127,12 @@ class TestModelSize:
         size = resolve_size("META-LLAMA/Meta-Llama-3-8B-Instruct")
         assert size.parameters == P8 and size.arch == LLAMA8 and "known-model table" in size.source
 
+    def test_a_shipped_adapter_has_its_base_models_size(self):
+        size = resolve_size("smollm2-135m-referential")
+        base = resolve_size("smollm2-135m")
+        assert (size.name, size.parameters, size.arch) == ("smollm2-135m-referential", base.parameters, base.arch)
+        assert size.source.startswith("a LoRA adapter over smollm2-135m")
+
     def test_folder_config_json_and_safetensors_headers(self, tmp_path):
         import torch
         from safetensors.torch import save_file
