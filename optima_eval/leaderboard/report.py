@@ -230,21 +230,21 @@ def plot_task(rows: Sequence[Row], task: str, path: Path) -> None:
 
 def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, command: str = "",
                   every_task: bool = False) -> list[Path]:
-    """Write `leaderboard_<task>.md` and `plot_<task>.png` for the tasks of `results` (with
-    `every_task`, for every task on the board: e.g. after an entry of `leaderboard.json` was
-    corrected by hand), and the folder-wide `leaderboard.md` and `leaderboard.json`; returns
-    the paths written.
+    """Write `leaderboard_<task>.md` and its plots for the tasks of `results` (with `every_task`,
+    for every task on the board: e.g. after an entry of `leaderboard.json` was corrected by hand),
+    and the folder-wide `leaderboard.md` and `leaderboard.json`; returns the paths written.
 
-    The folder is the board: a call's cells replace the rows with the same task, system, model
-    and dtype, and the other rows stay (read back from their cell files), each with the command
-    that made it; a model run in another dtype is another measurement, so it gets its own row. So one task's rows may come from several calls (baselines from one, trained
-    checkpoints from another) and tasks run separately (200 questions here, 100 there) share one
-    cross-task table. A task's table holds one held-out set: rows of that task on another set
-    are dropped when a call brings a new one."""
+    The folder is the board: a call's cells replace the rows with the same task, held-out set,
+    system, model and dtype, and the other rows stay (read back from their cell files), each with
+    the command that made it; a model run in another dtype is another measurement, so it gets its
+    own row. So one task's rows may come from several calls (baselines from one, trained
+    checkpoints from another). A task played on several held-out sets (another split, other env
+    settings, another number of questions) gets one section per set, each with its own table and
+    plot, since scores on different sets are not comparable; the set with the most rows comes
+    first and is the task's column in the cross-task table."""
     root = Path(output_dir)
     fresh = [(row, _index_entry(row, root, command)) for row in rows_of(results)]
     replaced = {_row_key(row) for row, _ in fresh}
-    held = {e["task"]: e["heldout"] for _, e in fresh}
     kept = []
     for entry in _read_index(root):
         path = root / entry["cell"]
@@ -254,47 +254,71 @@ def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, comm
         if _row_key(row) in replaced:
             continue
         entry["heldout"], entry["dtype"] = row.result.description["heldout"], row.dtype
-        if entry["task"] in held and entry["heldout"] != held[entry["task"]]:
-            continue
         kept.append((row, entry))
     board = kept + fresh
-    commands: dict[str, list[str]] = defaultdict(list)
-    for _, entry in board:
-        if entry["command"] and entry["command"] not in commands[entry["task"]]:
-            commands[entry["task"]].append(entry["command"])
-    written = []
     tasks = sorted({entry["task"] for _, entry in board})
-    for task in tasks if every_task else sorted(held):
-        task_rows = attach_diagnostics([row for row, entry in board if entry["task"] == task])
-        for row, entry in board:
-            if entry["task"] == task and row.diagnostics is not None:
-                entry["diagnostics"] = row.diagnostics.to_dict()
+    sections = {task: heldout_sections([(row, entry) for row, entry in board if entry["task"] == task])
+                for task in tasks}
+    written = []
+    for task in tasks if every_task else sorted({e["task"] for _, e in fresh}):
+        parts = [f"# Leaderboard: {task}\n\n"]
+        if len(sections[task]) > 1:
+            parts.append(f"{len(sections[task])} held-out sets, one section each (scores on different sets are not "
+                         "comparable).\n\n")
+        for number, members in enumerate(sections[task]):
+            task_rows = attach_diagnostics([row for row, _ in members])
+            for row, entry in members:
+                if row.diagnostics is not None:
+                    entry["diagnostics"] = row.diagnostics.to_dict()
+            plot = f"plot_{task}.png" if number == 0 else f"plot_{task}_set{number + 1}.png"
+            commands = list(dict.fromkeys(e["command"] for _, e in members if e["command"]))
+            title = f"## Set {number + 1}\n\n" if len(sections[task]) > 1 else ""
+            parts.append(title + _set_header(task_rows, commands) + task_table(task_rows) + f"\n\n![{task}]({plot})\n\n")
+            plot_task(task_rows, task, root / plot)
+            written.append(root / plot)
         path = root / f"leaderboard_{task}.md"
-        atomic_write_text(path, _task_header(task, task_rows, commands[task]) + task_table(task_rows)
-                          + f"\n\n![{task}](plot_{task}.png)\n")
-        plot_task(task_rows, task, root / f"plot_{task}.png")
-        written += [path, root / f"plot_{task}.png"]
+        atomic_write_text(path, "".join(parts).rstrip("\n") + "\n")
+        written.append(path)
+    firsts = [row for task in tasks for row, _ in sections[task][0]]
+    commands: dict[str, list[str]] = {task: list(dict.fromkeys(e["command"] for _, e in sections[task][0] if e["command"]))
+                                      for task in tasks}
     made_by = "".join(f"- {task}: " + "; ".join(f"`{c}`" for c in commands[task]) + "\n"
                       for task in tasks if commands[task])
+    several = [task for task in tasks if len(sections[task]) > 1]
+    note = (f"\n{', '.join(several)}: the held-out set with the most rows; the task's file has the others.\n"
+            if several else "")
     overview = ("# Leaderboard across tasks\n\n" + (f"Made by:\n{made_by}\n" if made_by else "")
                 + "Each cell: score / tokens per question.\n\n"
-                + cross_task_table([row for row, _ in board], tasks) + "\n")
+                + cross_task_table(firsts, tasks) + "\n" + note)
     atomic_write_text(root / "leaderboard.md", overview)
     atomic_write_json(root / "leaderboard.json", {"cells": [entry for _, entry in board]})
     written += [root / "leaderboard.md", root / "leaderboard.json"]
     return written
 
 
-def _row_key(row: Row) -> tuple[str, str, str, str, str]:
+def heldout_sections(members: Sequence[tuple[Row, dict]]) -> list[list[tuple[Row, dict]]]:
+    """One task's board entries grouped by held-out set, the set with the most rows first (ties:
+    by the set's description, so the order is stable)."""
+    groups: dict[str, list[tuple[Row, dict]]] = defaultdict(list)
+    for row, entry in members:
+        groups[_heldout_id(row)].append((row, entry))
+    return [groups[k] for k in sorted(groups, key=lambda k: (-sum(r.ablation is None for r, _ in groups[k]), k))]
+
+
+def _heldout_id(row: Row) -> str:
+    return json.dumps(row.result.description["heldout"], sort_keys=True)
+
+
+def _row_key(row: Row) -> tuple[str, str, str, str, str, str]:
     """What makes two cells the same row of the board (an ablation cell: the same ablation of it)."""
-    return row.task, row.system, row.model, row.dtype, row.ablation or ""
+    return row.task, _heldout_id(row), row.system, row.model, row.dtype, row.ablation or ""
 
 
-def _task_header(task: str, rows: Sequence[Row], commands: Sequence[str]) -> str:
+def _set_header(rows: Sequence[Row], commands: Sequence[str]) -> str:
     held = rows[0].result.description["heldout"]
     data = _data_note(rows[0].result.description.get("locations", {}).get("data", []))
     made_by = "Made by: " + "; ".join(f"`{c}`" for c in commands) + "\n\n" if commands else ""
-    return (f"# Leaderboard: {task}\n\n{made_by}Held-out: {held['count']} questions from index "
+    return (f"{made_by}Held-out: {held['count']} questions from index "
             f"{held['first_index']}, evidence dealt by seed {held['seed']}+i, env v{held['env_version']}"
             f"{', ' + str(held['env_kwargs']) if held['env_kwargs'] else ''}{data}. Score over scored questions; "
             "answered: questions with a final answer in the task's format; tokens are everything the model generated per question (all samples, rounds and turns). "

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from optima_agents.policies.base import capabilities_of
 from optima_agents.policies.registry import backend_spec
-from optima_envs.errors import ConfigError
+from optima_envs.errors import ConfigError, OptimaError
 from optima_eval.heldout import HELDOUT_SEED
 from optima_eval.leaderboard.cells import (
     Cell,
@@ -217,6 +217,8 @@ def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory 
     questions: dict[str, list] = {}
     golds: dict[str, tuple[Mapping[int, Any], Any]] = {}
     cells = plan_cells(config)
+    if not config.rescore:
+        refuse_unplayable(cells)
     for model, model_cells in _by_model(cells):
         policy = None
         try:
@@ -260,6 +262,32 @@ def run_leaderboard(config: LeaderboardConfig, *, policy_factory: PolicyFactory 
             if policy is not None and capabilities_of(policy).close:
                 policy.close()
     return run
+
+
+def refuse_unplayable(cells: Sequence[Cell]) -> None:
+    """Raise one `ConfigError` naming every system that a task refuses (e.g. `mad` seats three
+    debaters and a game has two seats), before any model loads or any cell is computed, so a
+    long board never stops half-way on a combination that could not run."""
+    import optima_envs
+
+    tried: dict[str, str | None] = {}
+    problems = []
+    for cell in cells:
+        overrides = cell.system.env_overrides()
+        kwargs = {**cell.heldout.env_kwargs, **overrides}
+        key = json.dumps([cell.heldout.env_id, kwargs], sort_keys=True, default=str)
+        if key not in tried:
+            try:
+                optima_envs.make(cell.heldout.env_id, **kwargs)
+                tried[key] = None
+            except OptimaError as error:
+                tried[key] = str(error)
+        if tried[key] is not None:
+            problem = f"{cell.system.name} on {cell.heldout.env_id} ({overrides or 'no settings of its own'}): {tried[key]}"
+            problems += [problem] if problem not in problems else []
+    if problems:
+        raise ConfigError("nothing was computed; these systems cannot play these tasks:\n  " + "\n  ".join(problems)
+                          + "\nDrop them from --systems, or run those tasks in a call of their own.")
 
 
 def _rescore_cell(result: CellResult, cell: Cell, golds: dict[str, tuple[Mapping[int, Any], Any]],

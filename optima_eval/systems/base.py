@@ -169,6 +169,11 @@ class System:
     def settings(self) -> dict[str, Any]:
         return asdict(self)  # type: ignore[call-overload]
 
+    def env_overrides(self) -> dict[str, Any]:
+        """`make()` kwargs this system sets over the task's own (e.g. how many agents it seats),
+        so a board can check before running anything that the task accepts them."""
+        return {}
+
     def run(self, context: SystemContext) -> list[Outcome]:
         raise NotImplementedError
 

@@ -17,6 +17,7 @@ Choices where the paper leaves a detail open, each a setting:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from optima_agents.policies.base import TurnRequest
 from optima_agents.rollout.engine import derive_seed
@@ -65,8 +66,11 @@ class MultiAgentDebate(System):
         check_positive(self.name, minimum=0, rounds=self.rounds)
         check_temperature(self.name, self.temperature)
 
+    def env_overrides(self) -> dict[str, Any]:
+        return {"num_agents": max(2, self.agents)}
+
     def run(self, context: SystemContext) -> list[Outcome]:
-        env = context.env(num_agents=max(2, self.agents))
+        env = context.env(**self.env_overrides())
         policy = context.policy_with(temperature=self.temperature)
         fmt = env.task.answer_format
         names = [f"agent{i + 1}" for i in range(self.agents)]

@@ -140,8 +140,9 @@ def test_reports(tmp_path, gold):
 
 
 def test_separate_calls_share_one_board(tmp_path, gold):
-    """A call replaces the rows of its own task, system and model and keeps the others, each with
-    the command that made it; a new held-out set for a task drops that task's old rows."""
+    """A call replaces the rows of its own task, held-out set, system and model and keeps the
+    others, each with the command that made it; a new held-out set for a task gets its own section
+    beside the old one."""
     def index():
         data = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
         return sorted((c["task"], c["system"], c["command"]) for c in data["cells"])
@@ -169,7 +170,16 @@ def test_separate_calls_share_one_board(tmp_path, gold):
     fewer = run_leaderboard(_config(tmp_path, systems=["cot"], questions=4), policy_factory=_factory(gold, []),
                             log=lambda _: None)
     write_reports(fewer.results, tmp_path / "board", command="hop on 4")
-    assert index() == [("synth-arith-debate", "cot", "arith call"), ("synth-hop-ia", "cot", "hop on 4")]
+    assert index() == [("synth-arith-debate", "cot", "arith call"), ("synth-hop-ia", "cot", "hop again"),
+                       ("synth-hop-ia", "cot", "hop on 4"), ("synth-hop-ia", "mas", "hop call")]
+    table = (tmp_path / "board" / "leaderboard_synth-hop-ia.md").read_text()
+    first, second = table.split("## Set 2")
+    assert "## Set 1" in first and "`hop call`; `hop again`" in first and "| mas | tiny |" in first
+    assert "`hop on 4`" in second and "4 questions from index 0" in second and "| mas | tiny |" not in second
+    assert (tmp_path / "board" / "plot_synth-hop-ia_set2.png").read_bytes()[:4] == b"\x89PNG"
+    overview = (tmp_path / "board" / "leaderboard.md").read_text()
+    assert "synth-hop-ia: the held-out set with the most rows" in overview
+    assert "`hop on 4`" not in overview  # the cross-task table shows the task's first set only
 
 
 def test_every_task_rerenders_the_board_from_a_corrected_index(tmp_path, gold):
@@ -348,3 +358,19 @@ def test_rescore_rewrites_stale_scores_from_the_stored_answers(tmp_path, gold):
     again = run_leaderboard(_config(tmp_path, systems=["cot", "sc:k=4"], rescore=True),
                             policy_factory=_no_model, log=lambda _: None)
     assert not again.rescored and len(again.cached) == 2
+
+
+def test_a_system_the_task_refuses_stops_the_board_before_anything_runs(tmp_path):
+    """`mad` seats three debaters and the referential game has two seats: the whole call is
+    refused up front, naming the pair, and no model loads and no cell is written."""
+    loaded = []
+    config = _config(tmp_path, tasks=["referential-game", "synth-hop-ia"], systems=["cot", "mad"], questions=2)
+    with pytest.raises(ConfigError) as refused:
+        run_leaderboard(config, policy_factory=lambda m: loaded.append(m), log=lambda _: None)
+    message = str(refused.value)
+    assert "mad on referential-game ({'num_agents': 3})" in message and "exactly 2 agents" in message
+    assert "synth-hop-ia" not in message and "cot" not in message
+    assert loaded == [] and not (tmp_path / "board").exists()
+    two_seats = run_leaderboard(_config(tmp_path, tasks=["referential-game"], systems=["mad:agents=2"], questions=2),
+                                policy_factory=lambda m: _Anything(), log=lambda _: None)
+    assert len(two_seats.computed) == 1
