@@ -1,5 +1,5 @@
-"""iSFT where talking is the task: `referential-game` runs, plain selection against informative-only
-selection, collected from their run folders into one result.
+"""Training where talking is the task: `referential-game` runs (iSFT with plain or informative-only
+selection, iDPO continuing from a trained pair) collected from their run folders into one result.
 
     python benchmarks/game_training.py \\
         --run plain:0=runs/isft/referential_experiment \\
@@ -8,9 +8,11 @@ selection, collected from their run folders into one result.
         --run informative:2=runs/isft/referential_informative_seed2 \\
         --eval shipped=runs/eval/ref_shipped.json
 
-Each `--run VARIANT:SEED=DIR` is one finished or partly finished `optima train isft` run (its
-`summary.json` and per-iteration `selection/selection.json`); iterations a run has not reached
-are left out of that seed, and the report says how many seeds each mean has. `--eval
+Each `--run VARIANT:SEED=DIR` is one finished or partly finished `optima train isft` or `optima
+train idpo` run (its `summary.json`, and per iteration `selection/selection.json` or
+`search/DONE.json`); iterations a run has not reached are left out of that seed, and the report
+says how many seeds each mean has. An iDPO run's baseline evaluation is its starting pair, shown
+as that variant's start, never as the untrained pair. `--eval
 LABEL=FILE` adds an `optima eval` result (with `--diagnostics`: the no-talk ceiling and the
 message ablations) as a row. The untrained pair's figures are each run's baseline evaluation
 (`eval.baseline`), read from the first run that has one.
@@ -49,19 +51,26 @@ def read_run(folder: Path) -> dict[str, Any]:
     refused) and its baseline evaluation, if it made one."""
     summary = json.loads((folder / "summary.json").read_text())
     iterations = []
+    method = "isft"
     for row in summary.get("iterations", []):
-        selection = folder / f"iter_{row['iteration']:03d}" / "selection" / "selection.json"
+        stage = folder / f"iter_{row['iteration']:03d}"
+        selection = stage / "selection" / "selection.json"
         stats = json.loads(selection.read_text()).get("stats", {}) if selection.is_file() else {}
+        search = stage / "search" / "DONE.json"
+        found = json.loads(search.read_text()) if search.is_file() else {}
+        method = "idpo" if found else method
         iterations.append({"iteration": row["iteration"], "score": row["heldout_score"],
                            "score_ci": row["heldout_score_ci"], "tokens": row["heldout_tokens"],
-                           "kept_dialogues": row["kept_dialogues"], "kept_examples": row["kept_examples"],
+                           "kept_dialogues": row.get("kept_dialogues"), "kept_examples": row.get("kept_examples"),
                            "candidates": stats.get("candidates"), "uninformative": stats.get("uninformative"),
+                           "trees": found.get("trees"), "kept_pairs": found.get("kept_pairs"),
                            "seconds": row.get("seconds")})
     baseline = summary.get("baseline")
-    out: dict[str, Any] = {"iterations": iterations}
+    out: dict[str, Any] = {"method": method, "iterations": iterations}
     if baseline:
         out["baseline"] = {"score": baseline["score"]["mean"], "tokens": baseline["tokens"]["mean"],
-                           "episodes": baseline["episodes"], "env_kwargs": baseline["env_kwargs"]}
+                           "episodes": baseline["episodes"], "env_kwargs": baseline["env_kwargs"],
+                           "model": Path(str(baseline.get("model", ""))).name}  # its name: no machine path
     return out
 
 
@@ -99,7 +108,7 @@ def aggregate(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, list[dict
 
 def report(payload: dict[str, Any]) -> str:
     base, odds = payload["untrained"], payload["chance"]
-    lines = [f"# iSFT on `referential-game`: plain against informative-only selection", "",
+    lines = [f"# Training on `referential-game`: iSFT (plain and informative-only selection) and iDPO", "",
              f"Command: `{payload['command']}`", "",
              *[f"Runs kept from an earlier collection: `{c}`" for c in payload.get("earlier_commands", [])],
              *([""] if payload.get("earlier_commands") else []),
@@ -117,24 +126,32 @@ def report(payload: dict[str, Any]) -> str:
             lines.append(f"| {variant} | {row['iteration']} | {', '.join(map(str, row['seeds']))} | "
                          f"{s['mean']:.3f} ± {s['stdev']:.3f} [{s['min']:.3f}, {s['max']:.3f}] | {t['mean']:.1f} |")
     lines += ["", "## Every run", "",
-              "| variant | seed | iteration | held-out score [95% CI] | tokens | kept dialogues | refused as uninformative "
-              "(of sampled) |", "|---|---|---|---|---|---|---|"]
+              "| variant | seed | iteration | held-out score [95% CI] | tokens | kept (dialogues, or DPO pairs of trees) | "
+              "refused as uninformative (of sampled) |", "|---|---|---|---|---|---|---|"]
     for variant, seeds in payload["runs"].items():
         for seed, run in sorted(seeds.items(), key=lambda kv: int(kv[0])):
             for it in run["iterations"]:
                 lo, hi = it["score_ci"]
-                refused = "-" if it["uninformative"] is None else f"{it['uninformative']} of {it['candidates']}"
+                refused = "-" if it.get("uninformative") is None else f"{it['uninformative']} of {it['candidates']}"
+                kept = (f"{it['kept_pairs']} pairs of {it['trees']} trees" if it.get("kept_pairs") is not None
+                        else it.get("kept_dialogues"))
                 lines.append(f"| {variant} | {seed} | {it['iteration']} | {it['score']:.3f} [{lo:.3f}, {hi:.3f}] | "
-                             f"{it['tokens']:.1f} | {it['kept_dialogues']} | {refused} |")
+                             f"{it['tokens']:.1f} | {kept} | {refused} |")
     if payload.get("evals"):
         lines += ["", "## Evaluations with diagnostics", "",
                   "| model | score [95% CI] | tokens | no-talk (solo) | comm gain, partner's messages removed [95% CI] | "
                   "comm gain, swapped for another game's [95% CI] |", "|---|---|---|---|---|---|"]
         for label, result in payload["evals"].items():
             lines.append(_eval_row(label, result))
-    lines += ["", "Every run used `configs/isft/referential_experiment.yaml` (plain) or "
-              "`configs/isft/referential_informative.yaml` (`selection.informative_only: true`) with "
-              "`--set run.seed=SEED`; seed 0's runs also made the baseline evaluation."]
+    starts = {v: r["baseline"] for v, seeds in payload["runs"].items() for r in seeds.values()
+              if r.get("method") == "idpo" and r.get("baseline")}
+    for variant, start in sorted(starts.items()):
+        lines += ["", f"`{variant}` starts from `{start.get('model', '?')}`, which scores "
+                      f"{start['score']:.3f} at {start['tokens']:.1f} tokens on the same held-out games."]
+    lines += ["", "Every iSFT run used `configs/isft/referential_experiment.yaml` (plain) or "
+              "`configs/isft/referential_informative.yaml` (`selection.informative_only: true`), every iDPO run "
+              "`configs/idpo/referential_listener.yaml`, with `--set run.seed=SEED`; seed 0's iSFT runs also made "
+              "the untrained baseline evaluation."]
     return "\n".join(lines) + "\n"
 
 
@@ -166,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             parser.error(f"--run takes VARIANT:SEED=RUN_DIR, got {item!r}")
         run = read_run(ROOT / folder)
         runs.setdefault(variant, {})[int(seed)] = run
-        untrained = untrained or run.get("baseline", {})
+        if run["method"] == "isft":
+            untrained = untrained or run.get("baseline", {})
     for item in args.eval:
         label, _, path = item.partition("=")
         evals[label] = json.loads((ROOT / path).read_text())

@@ -62,3 +62,27 @@ def test_an_earlier_result_keeps_its_runs_and_a_new_run_replaces_the_same_seed(t
 def test_a_missing_earlier_result_is_refused_with_the_fix(tmp_path):
     with pytest.raises(SystemExit, match="no result file"):
         previous_runs(tmp_path / "nope.json")
+
+
+def test_an_idpo_run_reports_its_pairs_and_its_start_not_the_untrained_pair(tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "idpo"
+    (run / "iter_000" / "search").mkdir(parents=True)
+    (run / "iter_000" / "search" / "DONE.json").write_text(json.dumps({"trees": 256, "kept_pairs": 95}))
+    (run / "summary.json").write_text(json.dumps({
+        "baseline": {"score": {"mean": 0.405}, "tokens": {"mean": 55.0}, "episodes": 200,
+                     "env_kwargs": {"min_candidates": 4, "max_candidates": 6},
+                     "model": "/root/.cache/optima/models/smollm2-135m-referential"},
+        "iterations": [{"iteration": 0, "heldout_score": 0.6, "heldout_score_ci": [0.55, 0.65],
+                        "heldout_tokens": 55.0}]}))
+    read = game_training.read_run(run)
+    assert read["method"] == "idpo" and read["iterations"][0]["kept_pairs"] == 95
+    assert read["baseline"]["model"] == "smollm2-135m-referential"  # the name, never this machine's path
+
+    monkeypatch.setattr(game_training, "ROOT", tmp_path)
+    written = {}
+    monkeypatch.setattr(game_training, "write_result", lambda name, payload: written.update(payload))
+    monkeypatch.setattr(game_training, "write_report", lambda path, text: written.update(report=text))
+    game_training.main(["--run", "idpo:0=runs/idpo"])
+    assert written["untrained"] == {}
+    assert "95 pairs of 256 trees" in written["report"]
+    assert "`idpo` starts from `smollm2-135m-referential`, which scores 0.405" in written["report"]
