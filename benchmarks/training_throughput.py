@@ -7,7 +7,11 @@ speed on a CPU:
   row with restarting `position_ids`, and transformers builds a block-diagonal attention mask
   from them, so no compute goes to pad tokens;
 - **bf16**: fast where the CPU has bf16 instructions (AMX, AVX512-BF16), emulated and slow
-  where it has not.
+  where it has not. `bf16` loads the weights in float32 and trains under bf16 autocast, which
+  casts every frozen weight to bf16 again in every forward and backward pass; `bf16-weights`
+  loads the frozen base in bf16 once (PEFT keeps the LoRA adapters in float32, and autocast
+  runs their products in bf16), which only a LoRA run can do: full fine-tuning needs float32
+  master weights.
 
 Each variant trains the same examples (real SFT rows when `--data` names a run's
 `sft.parquet`, else rows built from the embedded tokenizer with the length spread of the
@@ -15,7 +19,7 @@ synth-hop experiment's examples) for `--steps` optimizer steps after one warm-up
 times; tokens/s counts only real (non-pad) tokens, so the variants are comparable. The loss of the
 first step is recorded too: padded and padding-free must agree.
 
-    python benchmarks/training_throughput.py                  # 4 variants, 3 repeats
+    python benchmarks/training_throughput.py                  # 6 variants, 3 repeats
     python benchmarks/training_throughput.py --quick          # 1 repeat, few steps
     python benchmarks/training_throughput.py --dtypes float32 # a CPU without native bf16
 
@@ -37,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
 
-VARIANTS = (("float32", False), ("float32", True), ("bf16", False), ("bf16", True))
+VARIANTS = (("float32", False), ("float32", True), ("bf16", False), ("bf16", True), ("bf16-weights", False),
+            ("bf16-weights", True))
 
 
 def synthetic_rows(tokenizer: Any, count: int, seed: int) -> list[dict[str, list[int]]]:
@@ -78,7 +83,8 @@ def run_variant(model_path: Path, rows: list[dict[str, list[int]]], *, dtype: st
 
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    weights = torch.bfloat16 if dtype == "bf16-weights" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=weights)
     marks: list[float] = []
 
     class StepClock(TrainerCallback):
@@ -87,7 +93,7 @@ def run_variant(model_path: Path, rows: list[dict[str, list[int]]], *, dtype: st
 
     args = SFTConfig(output_dir=str(Path("/tmp") / "optima_training_throughput"), report_to="none", save_strategy="no",
                      max_steps=steps + 1, per_device_train_batch_size=batch_size, gradient_accumulation_steps=1,
-                     learning_rate=2e-5, lr_scheduler_type="constant", logging_steps=1, bf16=dtype == "bf16",
+                     learning_rate=2e-5, lr_scheduler_type="constant", logging_steps=1, bf16=dtype.startswith("bf16"),
                      padding_free=padding_free, max_length=None if padding_free else 1024, use_cpu=True, disable_tqdm=True, seed=seed,
                      dataloader_drop_last=True)
     # TRL enforces no max_length on padding-free batches without packing: the rows must fit already
@@ -113,7 +119,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="1 repeat of 3 steps.")
-    parser.add_argument("--dtypes", default="float32,bf16",
+    parser.add_argument("--dtypes", default="float32,bf16,bf16-weights",
                         help="comma-separated; drop bf16 where the CPU emulates it (it is several times slower)")
     parser.add_argument("--name", default="training_throughput")
     args = parser.parse_args()
