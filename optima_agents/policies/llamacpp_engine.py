@@ -1,0 +1,229 @@
+"""A llama.cpp context that decodes many sequences at once, through llama-cpp-python's C API.
+
+llama-cpp-python's high-level `Llama` class runs one sequence (its cache and sampler are per
+object, and `Llama.generate` feeds one prompt), so batching there means one model copy per row.
+This module uses the low-level binding (`llama_cpp.llama_cpp`: `llama_batch`, `llama_decode`,
+`llama_get_logits_ith`, `llama_memory_seq_rm`), which is llama.cpp's own parallel decoding, as in
+its `examples/parallel` and the server's slots:
+
+- **One context, many sequences.** The context holds up to `n_seq_max` sequences in one
+  *unified* KV cache of `n_ctx` cells (`kv_unified`): a short reply's cells go back to the pool
+  when it ends instead of sitting in a fixed per-slot share.
+- **Continuous batching.** Every `llama_decode` call carries one new token of every sequence
+  that is generating plus as much of the waiting prompts as fits in `n_batch` tokens (prompts
+  may be split across calls). A sequence that finishes frees its slot and its KV cells at once,
+  and the next waiting job takes them in the same loop, so the batch stays full until the queue
+  runs dry.
+- **Admission by KV budget.** A job is admitted only when its prompt plus its reply limit fits in
+  the cells not promised to running jobs, so a decode never runs out of room halfway.
+- **Logits only where needed.** Only each sequence's last prompt token and its generated tokens
+  ask for logits, so a long prefill computes no vocabulary projection for the rest.
+
+Choosing tokens (greedy, seeded sampling, stop rules) is the caller's: each `Job` carries a
+`choose(logits)` and a `done(generated)` function.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["Job", "LlamaCppEngine", "default_threads"]
+
+
+def default_threads() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class Job:
+    """One sequence to generate.
+
+    Args:
+        prompt: the prompt's token ids (at least one).
+        max_new: the most tokens to generate (at least one).
+        choose: `choose(logits) -> (token, logprob or None)` for the row's `(n_vocab,)` float32 logits.
+        done: `done(generated) -> bool`, asked after each new token (end-of-turn token, stop string).
+    """
+
+    prompt: list[int]
+    max_new: int
+    choose: Callable[[np.ndarray], tuple[int, float | None]]
+    done: Callable[[list[int]], bool]
+    generated: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    seq: int = -1
+    fed: int = 0
+
+    @property
+    def cells(self) -> int:
+        """KV cells this job may use: its prompt plus its reply limit."""
+        return len(self.prompt) + self.max_new
+
+
+class LlamaCppEngine:
+    """A GGUF model on llama.cpp with one context for `n_seq_max` parallel sequences.
+
+    Args:
+        path: the GGUF file.
+        n_seq_max: the most sequences decoded together (llama.cpp allows up to 256).
+        n_ctx: KV cells shared by all sequences (16384 by default: about 380 MB of float16 cache
+            for SmolLM2-135M; jobs wait for cells when their prompts are long).
+        n_batch: the most tokens per `llama_decode` call (at least `n_seq_max`).
+        n_threads: CPU threads (None: `default_threads()`).
+        verbose: let llama.cpp print its load and context logs to stderr.
+
+    Raises:
+        ImportError: llama-cpp-python is not installed.
+        RuntimeError: llama.cpp cannot load the file or create the context.
+    """
+
+    def __init__(self, path: Path, *, n_seq_max: int = 32, n_ctx: int = 16384, n_batch: int = 2048,
+                 n_threads: int | None = None, verbose: bool = False):
+        import llama_cpp as lc
+
+        logging.getLogger("llama-cpp-python").setLevel(logging.DEBUG if verbose else logging.ERROR)
+        if not 1 <= n_seq_max <= int(lc.llama_max_parallel_sequences()):
+            raise ValueError(f"n_seq_max must be in [1, {lc.llama_max_parallel_sequences()}], got {n_seq_max}")
+        self._lc = lc
+        self.path = Path(path)
+        self.n_threads = n_threads or default_threads()
+        lc.llama_backend_init()
+        model_params = lc.llama_model_default_params()
+        model_params.n_gpu_layers = 0
+        self.model = lc.llama_model_load_from_file(str(self.path).encode(), model_params)
+        if not self.model:
+            raise RuntimeError(f"llama.cpp could not load {self.path} (run with verbose=True to see why)")
+        self.n_ctx_train = int(lc.llama_model_n_ctx_train(self.model))
+        self.n_seq_max = n_seq_max
+        self.n_batch = max(n_batch, n_seq_max)
+        ctx_params = lc.llama_context_default_params()
+        ctx_params.n_ctx = n_ctx
+        ctx_params.n_batch = self.n_batch
+        ctx_params.n_ubatch = min(512, self.n_batch)
+        ctx_params.n_seq_max = n_seq_max
+        ctx_params.n_threads = ctx_params.n_threads_batch = self.n_threads
+        ctx_params.kv_unified = True
+        ctx_params.no_perf = True
+        self.ctx = lc.llama_init_from_model(self.model, ctx_params)
+        if not self.ctx:
+            lc.llama_model_free(self.model)
+            self.model = None
+            raise RuntimeError(f"llama.cpp could not create a context of {ctx_params.n_ctx} cells for "
+                               f"{n_seq_max} sequences (lower n_ctx or batch_size)")
+        self.n_ctx = int(lc.llama_n_ctx(self.ctx))
+        self.memory = lc.llama_get_memory(self.ctx)
+        self.vocab = lc.llama_model_get_vocab(self.model)
+        self.n_vocab = int(lc.llama_vocab_n_tokens(self.vocab))
+        self.batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self.stats = {"decode_calls": 0, "prompt_tokens": 0, "generated_tokens": 0}
+
+    @property
+    def max_seq_len(self) -> int:
+        """The longest sequence (prompt + reply) one job may have."""
+        return min(self.n_ctx, self.n_ctx_train)
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry of `token` as the GGUF stores it (byte-level BPE form)."""
+        return self._lc.llama_vocab_get_text(self.vocab, token).decode("utf-8", errors="replace")
+
+    def run(self, jobs: list[Job]) -> None:
+        """Generate every job to completion, filling `job.generated` and `job.logprobs`.
+
+        Raises:
+            ValueError: a job that can never fit (`max_seq_len`), or an empty prompt.
+            RuntimeError: llama.cpp failed to decode a batch.
+        """
+        for job in jobs:
+            if not job.prompt or job.max_new < 1 or job.cells > self.max_seq_len:
+                raise ValueError(f"a job of {len(job.prompt)} prompt + {job.max_new} new tokens does not fit "
+                                 f"{self.max_seq_len} cells per sequence")
+        lc = self._lc
+        lc.llama_memory_clear(self.memory, True)
+        waiting, active = deque(jobs), {}
+        free_seqs = list(range(self.n_seq_max - 1, -1, -1))
+        promised = 0
+        while waiting or active:
+            while waiting and free_seqs and promised + waiting[0].cells <= self.n_ctx:
+                job = waiting.popleft()
+                job.seq, job.fed = free_seqs.pop(), 0
+                active[job.seq] = job
+                promised += job.cells
+            outputs = self._fill_batch(list(active.values()))
+            status = lc.llama_decode(self.ctx, self.batch)
+            if status != 0:
+                raise RuntimeError(f"llama_decode failed with status {status} on a batch of {self.batch.n_tokens} "
+                                   f"tokens ({len(active)} sequences)")
+            self.stats["decode_calls"] += 1
+            for index, job in outputs:
+                pointer = lc.llama_get_logits_ith(self.ctx, index)
+                logits = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
+                token, logprob = job.choose(logits)
+                job.generated.append(token)
+                if logprob is not None:
+                    job.logprobs.append(logprob)
+                if len(job.generated) >= job.max_new or job.done(job.generated):
+                    lc.llama_memory_seq_rm(self.memory, job.seq, -1, -1)
+                    del active[job.seq]
+                    free_seqs.append(job.seq)
+                    promised -= job.cells
+                    self.stats["generated_tokens"] += len(job.generated)
+
+    def _fill_batch(self, active: list[Job]) -> list[tuple[int, Job]]:
+        """Put every generating job's last token, then prompt chunks, into the batch; return
+        (batch index, job) for each position whose logits are wanted."""
+        batch, n, outputs = self.batch, 0, []
+        for job in active:
+            if job.fed == len(job.prompt) and job.generated:
+                self._put(n, job.generated[-1], len(job.prompt) + len(job.generated) - 1, job.seq, True)
+                outputs.append((n, job))
+                n += 1
+        for job in active:
+            if job.fed < len(job.prompt) and n < self.n_batch:
+                take = min(len(job.prompt) - job.fed, self.n_batch - n)
+                for k in range(job.fed, job.fed + take):
+                    last = k == len(job.prompt) - 1
+                    self._put(n, job.prompt[k], k, job.seq, last)
+                    if last:
+                        outputs.append((n, job))
+                    n += 1
+                job.fed += take
+                self.stats["prompt_tokens"] += take
+        batch.n_tokens = n
+        return outputs
+
+    def _put(self, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
+        batch = self.batch
+        batch.token[i] = token
+        batch.pos[i] = pos
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq
+        batch.logits[i] = logits
+
+    def close(self) -> None:
+        """Free the batch, the context and the model (safe to call twice)."""
+        lc = self._lc
+        if getattr(self, "batch", None) is not None:
+            lc.llama_batch_free(self.batch)
+            self.batch = None
+        if getattr(self, "ctx", None):
+            lc.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            lc.llama_model_free(self.model)
+            self.model = None
+
+    def __del__(self) -> None:
+        if getattr(self, "_lc", None) is not None:
+            self.close()
+

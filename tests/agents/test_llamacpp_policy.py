@@ -1,0 +1,370 @@
+"""The llama.cpp backend: its pure parts without llama.cpp, then one real episode on it.
+
+The fast tests run everywhere: token choice (`RowSampler`), the scheduler of parallel sequences
+(`LlamaCppEngine.run` over a fake llama.cpp), prompt rendering and reply cleaning in `act` (a
+fake engine and a character tokenizer), identity, the GGUF export's q/k permutation and config
+check, and the weight-type errors. The `model` test loads the embedded model's GGUF into
+llama.cpp and plays a synth-hop-ia episode; it is skipped when llama-cpp-python is not installed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from optima_agents.chat import DEFAULT_CHAT_FORMAT, prompt_ids
+from optima_agents.models.errors import ModelNotFoundError, ModelPullError
+from optima_agents.models.gguf_export import check_config_fits, permute_qk
+from optima_agents.policies import SamplingParams, TurnRequest, backend_spec
+from optima_agents.policies.llamacpp import LlamaCppPolicy, vocabulary_mismatch
+from optima_agents.policies.llamacpp_engine import Job, LlamaCppEngine
+from optima_agents.policies.llamacpp_sampling import RowSampler
+
+HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
+
+
+# ---------------------------------------------------------------------------- doubles
+class CharTokenizer:
+    """One id per character (ids 3..130 for chr(0..127)), a ChatML-like template, EOS id 2."""
+
+    eos_token_id = 2
+    specials = {0: "<unk>", 1: "<s>", 2: "<eos>"}
+
+    def __len__(self) -> int:
+        return 131
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+        text = "".join(f"[{m['role']}]{m['content']}\n" for m in messages)
+        return text + ("[assistant]" if add_generation_prompt else "")
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) + 3 for c in text]}
+
+    def decode(self, ids, skip_special_tokens=False, clean_up_tokenization_spaces=False):
+        return "".join("" if i in self.specials and skip_special_tokens else self.specials.get(i) or chr(i - 3)
+                       for i in ids)
+
+    def convert_ids_to_tokens(self, ids):
+        return [self.specials.get(i) or chr(i - 3) for i in ids]
+
+
+def logits_for(token: int, n_vocab: int = 131) -> np.ndarray:
+    out = np.full(n_vocab, -10.0, dtype=np.float32)
+    out[token] = 10.0
+    return out
+
+
+class ScriptedEngine:
+    """Answers every job with the ids of `reply` then EOS, through the job's own choose/done."""
+
+    n_seq_max, n_ctx, n_threads, max_seq_len = 4, 4096, 1, 64
+
+    def __init__(self, reply: str):
+        self.reply = [ord(c) + 3 for c in reply] + [2]
+        self.prompts: list[list[int]] = []
+
+    def run(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            self.prompts.append(job.prompt)
+            for token in self.reply:
+                chosen, logprob = job.choose(logits_for(token))
+                job.generated.append(chosen)
+                if logprob is not None:
+                    job.logprobs.append(logprob)
+                if len(job.generated) >= job.max_new or job.done(job.generated):
+                    break
+
+
+def scripted_policy(reply: str, sampling: SamplingParams = SamplingParams(max_new_tokens=16)) -> LlamaCppPolicy:
+    """A LlamaCppPolicy around a scripted engine and the character tokenizer (nothing loaded)."""
+    policy = object.__new__(LlamaCppPolicy)
+    policy.sampling, policy.chat_format = sampling, DEFAULT_CHAT_FORMAT
+    policy.model_name, policy.model_path = "fake", None
+    policy.weights = SimpleNamespace(weight_type="q8_0", source="converted", path=Path("/m/model.q8_0.gguf"))
+    policy.tokenizer, policy.stop_token_ids = CharTokenizer(), [2]
+    policy.engine = ScriptedEngine(reply)
+    policy._lock, policy._calls = __import__("threading").Lock(), 0
+    return policy
+
+
+def request(text: str = "What is 2+2?", seed: int = 0) -> TurnRequest:
+    observation = {"agent": "alice", "system_prompt": "SYS", "transcript": ({"speaker": "bob", "text": text},)}
+    return TurnRequest("alice", observation, seed=seed)
+
+
+# ---------------------------------------------------------------------------- sampling
+class TestRowSampler:
+    def test_greedy_is_the_argmax_with_its_log_softmax(self):
+        logits = np.array([0.0, 2.0, 1.0], dtype=np.float32)
+        token, logprob = RowSampler(SamplingParams(), seed=0).choose(logits, want_logprob=True)
+        assert token == 1
+        assert logprob == pytest.approx(2.0 - np.log(np.exp(logits.astype(np.float64)).sum()))
+        assert RowSampler(SamplingParams(), seed=0).choose(logits) == (1, None)
+
+    def test_a_seed_repeats_its_draws(self):
+        sampling = SamplingParams(temperature=1.0)
+        logits = np.zeros(50, dtype=np.float32)
+        draws = [[RowSampler(sampling, seed=s).choose(logits)[0] for _ in range(1)] for s in (7, 7, 8)]
+        a, b = RowSampler(sampling, seed=7), RowSampler(sampling, seed=7)
+        assert [a.choose(logits)[0] for _ in range(20)] == [b.choose(logits)[0] for _ in range(20)]
+        assert draws[0] == draws[1]
+
+    def test_top_p_never_draws_outside_the_nucleus(self):
+        logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))  # nucleus for 0.7: tokens 0 and 1
+        sampler = RowSampler(SamplingParams(temperature=1.0, top_p=0.7), seed=3)
+        draws = [sampler.choose(logits, want_logprob=True) for _ in range(300)]
+        assert {t for t, _ in draws} == {0, 1}
+        logprob = dict(draws)
+        assert logprob[0] == pytest.approx(np.log(0.5 / 0.8)) and logprob[1] == pytest.approx(np.log(0.3 / 0.8))
+
+    def test_temperature_sharpens(self):
+        logits = np.array([1.0, 0.0], dtype=np.float32)
+        cold = RowSampler(SamplingParams(temperature=0.05), seed=1)
+        assert {cold.choose(logits)[0] for _ in range(50)} == {0}
+
+
+# ---------------------------------------------------------------------------- engine scheduling
+class CountingLlama:
+    """A fake `llama_cpp` module whose model predicts `last token + 1` for every sequence, and
+    which checks that every sequence's positions arrive in order and never overlap."""
+
+    def __init__(self, n_vocab: int):
+        self.n_vocab = n_vocab
+        self.positions: dict[int, int] = {}
+        self.last: list[int] = []
+        self.batches: list[int] = []
+        self.peak_sequences = 0
+        self._rows: list[Any] = []
+
+    def llama_batch_free(self, batch):
+        pass
+
+    def llama_free(self, ctx):
+        pass
+
+    def llama_model_free(self, model):
+        pass
+
+    def llama_memory_clear(self, memory, data):
+        self.positions.clear()
+
+    def llama_memory_seq_rm(self, memory, seq, p0, p1):
+        self.positions.pop(seq, None)
+        return True
+
+    def llama_decode(self, ctx, batch):
+        self.batches.append(batch.n_tokens)
+        self.last = []
+        seqs = set()
+        for i in range(batch.n_tokens):
+            seq = batch.seq_id[i][0]
+            seqs.add(seq)
+            assert batch.pos[i] == self.positions.get(seq, 0), "positions must be contiguous per sequence"
+            self.positions[seq] = batch.pos[i] + 1
+            if batch.logits[i]:
+                self.last.append((i, batch.token[i]))
+        self.peak_sequences = max(self.peak_sequences, len(self.positions))
+        return 0
+
+    def llama_get_logits_ith(self, ctx, i):
+        token = dict(self.last)[i]
+        row = (ctypes.c_float * self.n_vocab)(*logits_for((token + 1) % self.n_vocab, self.n_vocab))
+        self._rows.append(row)  # keep the buffer alive while the engine reads it
+        return ctypes.cast(row, ctypes.POINTER(ctypes.c_float))
+
+
+def fake_engine(n_seq_max: int, n_batch: int, n_ctx: int) -> tuple[LlamaCppEngine, CountingLlama]:
+    engine = object.__new__(LlamaCppEngine)
+    lc = CountingLlama(n_vocab=131)
+    size = n_batch
+    engine._lc, engine.ctx, engine.memory = lc, object(), object()
+    engine.batch = SimpleNamespace(n_tokens=0, token=[0] * size, pos=[0] * size, n_seq_id=[0] * size,
+                                   seq_id=[[0] for _ in range(size)], logits=[False] * size)
+    engine.n_seq_max, engine.n_batch, engine.n_ctx, engine.n_ctx_train, engine.n_vocab = (
+        n_seq_max, n_batch, n_ctx, 10_000, 131)
+    engine.stats = {"decode_calls": 0, "prompt_tokens": 0, "generated_tokens": 0}
+    return engine, lc
+
+
+def counting_job(start: int, length: int, max_new: int, stop: int | None = None) -> Job:
+    return Job(prompt=list(range(start, start + length)), max_new=max_new,
+               choose=lambda logits: (int(np.argmax(logits)), None),
+               done=lambda generated: stop is not None and generated[-1] == stop)
+
+
+class TestEngineScheduling:
+    def test_every_job_continues_its_own_prompt(self):
+        engine, lc = fake_engine(n_seq_max=3, n_batch=64, n_ctx=1000)
+        jobs = [counting_job(10 * k + 3, 5 + k, max_new=4) for k in range(7)]
+        engine.run(jobs)
+        for job in jobs:
+            last = job.prompt[-1]
+            assert job.generated == [last + 1, last + 2, last + 3, last + 4]
+        assert lc.peak_sequences <= 3
+        assert engine.stats["generated_tokens"] == 28
+
+    def test_a_finished_job_frees_its_slot_for_the_next(self):
+        engine, lc = fake_engine(n_seq_max=2, n_batch=64, n_ctx=1000)
+        jobs = [counting_job(3, 4, max_new=50, stop=8), counting_job(20, 4, max_new=6), counting_job(40, 4, max_new=6)]
+        engine.run(jobs)
+        assert jobs[0].generated == [7, 8]  # stopped by `done`
+        assert [len(j.generated) for j in jobs[1:]] == [6, 6]
+        assert lc.peak_sequences == 2
+
+    def test_long_prompts_are_split_across_decode_calls(self):
+        engine, lc = fake_engine(n_seq_max=2, n_batch=8, n_ctx=1000)
+        jobs = [counting_job(3, 20, max_new=3), counting_job(30, 20, max_new=3)]
+        engine.run(jobs)
+        assert max(lc.batches) <= 8
+        assert jobs[0].generated == [23, 24, 25] and jobs[1].generated == [50, 51, 52]
+
+    def test_jobs_wait_for_kv_cells(self):
+        engine, lc = fake_engine(n_seq_max=4, n_batch=64, n_ctx=30)
+        jobs = [counting_job(3 + 20 * k, 10, max_new=5) for k in range(4)]  # 15 cells each: two fit at once
+        engine.run(jobs)
+        assert lc.peak_sequences == 2 and all(len(j.generated) == 5 for j in jobs)
+
+    def test_a_job_that_cannot_fit_is_refused(self):
+        engine, _ = fake_engine(n_seq_max=2, n_batch=64, n_ctx=30)
+        with pytest.raises(ValueError, match=re.escape("a job of 28 prompt + 5 new tokens does not fit 30 cells")):
+            engine.run([counting_job(3, 28, max_new=5)])
+
+
+# ---------------------------------------------------------------------------- policy (no llama.cpp)
+class TestPolicyWithoutLlamaCpp:
+    def test_prompts_are_the_chat_templates_ids(self):
+        policy = scripted_policy("four")
+        [action] = policy.act([request()])
+        expected = prompt_ids(request().observation, policy.tokenizer, DEFAULT_CHAT_FORMAT)
+        assert policy.engine.prompts == [expected]
+        assert action.prompt_tokens == len(expected)
+        assert action.text == "four" and action.finish_reason == "stop"
+        assert action.token_ids == tuple(ord(c) + 3 for c in "four")
+        assert action.meta["raw_token_ids"] == (*action.token_ids, 2)
+
+    def test_stop_strings_and_length(self):
+        stopped = scripted_policy("yes. no", SamplingParams(max_new_tokens=16, stop=(".",)))
+        assert stopped.act([request()])[0].text == "yes"
+        short = scripted_policy("a long reply", SamplingParams(max_new_tokens=3))
+        action = short.act([request()])[0]
+        assert action.text == "a l" and action.finish_reason == "length"
+
+    def test_logprobs_follow_the_stored_ids(self):
+        policy = scripted_policy("ok", SamplingParams(max_new_tokens=8, logprobs=True))
+        action = policy.act([request()])[0]
+        assert action.logprobs is not None and len(action.logprobs) == 2
+        assert all(v == pytest.approx(0.0, abs=1e-6) for v in action.logprobs)
+
+    def test_a_prompt_too_long_is_an_error_action(self):
+        policy = scripted_policy("x")
+        [action] = policy.act([request("?" * 80)])
+        assert action.failed and "does not fit the llama.cpp context (64 tokens per sequence" in action.error
+
+    def test_identity_names_backend_and_weight_type(self, monkeypatch):
+        import sys
+
+        monkeypatch.setitem(sys.modules, "llama_cpp", SimpleNamespace(__version__="0.3.36"))
+        policy = scripted_policy("x")
+        ident = policy.identity()
+        assert ident["backend"] == "llamacpp" and ident["dtype"] == "q8_0"
+        assert ident["weights"] == {"type": "q8_0", "source": "converted", "file": "/m/model.q8_0.gguf"}
+        assert ident["sampling"] == policy.sampling.to_dict() and ident["parallel_sequences"] == 4
+        other = policy.with_sampling(SamplingParams(temperature=0.5))
+        assert other.engine is policy.engine and other.identity()["sampling"]["temperature"] == 0.5
+
+    def test_vocabulary_mismatch(self):
+        tok = CharTokenizer()
+        same = tok.convert_ids_to_tokens(list(range(131)))
+        assert vocabulary_mismatch(tok, 131, same.__getitem__) is None
+        assert vocabulary_mismatch(tok, 130, same.__getitem__) == "the GGUF has 130 tokens, the tokenizer 131"
+        other = [*same[:5], "X", *same[6:]]
+        assert vocabulary_mismatch(tok, 131, other.__getitem__) == "token 5 is 'X' in the GGUF and '\\x02' in the tokenizer"
+
+    def test_registered_with_its_options(self):
+        spec = backend_spec("llamacpp")
+        assert spec.options == frozenset({"batch_size"}) and spec.loads_weights
+        assert "optima[llamacpp]" in spec.install
+
+    @pytest.mark.skipif(HAS_LLAMA_CPP, reason="llama-cpp-python is installed here")
+    def test_missing_llama_cpp_says_what_to_install(self):
+        from optima_agents.policies import BackendUnavailableError, make_policy
+
+        with pytest.raises(BackendUnavailableError, match=re.escape("pip install 'optima[llamacpp]'")):
+            make_policy("llamacpp", "smollm2-135m")
+
+
+# ---------------------------------------------------------------------------- GGUF export and weights
+class TestGGUFExport:
+    def test_permute_is_undone_by_transformers(self):
+        from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
+
+        undo = LlamaTensorProcessor(config={})._reverse_permute_weights
+        rng = np.random.default_rng(0)
+        q, k = rng.normal(size=(9 * 64, 16)), rng.normal(size=(3 * 64, 16))
+        assert np.array_equal(undo(permute_qk(q, 9), 9, 9), q)
+        assert np.array_equal(undo(permute_qk(k, 9, 3), 9, 3), k)
+        assert not np.array_equal(permute_qk(q, 9), q)
+
+    def test_permute_refuses_rows_that_do_not_split(self):
+        with pytest.raises(ValueError, match=re.escape("a q/k projection with 30 rows cannot split into 4 heads")):
+            permute_qk(np.zeros((30, 4)), 4)
+
+    def test_config_must_fit_the_template(self):
+        template = {"general.architecture": "llama", "llama.embedding_length": 576, "llama.block_count": 30,
+                    "llama.feed_forward_length": 1536, "llama.attention.head_count": 9,
+                    "llama.attention.head_count_kv": 3, "tokenizer.ggml.tokens": ["a"] * 49152,
+                    "llama.rope.freq_base": 100000.0, "llama.attention.layer_norm_rms_epsilon": 1e-5}
+        config = {"model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30, "intermediate_size": 1536,
+                  "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+                  "rope_parameters": {"rope_theta": 100000.0}, "rms_norm_eps": 1e-5}
+        check_config_fits(config, template)
+        with pytest.raises(ModelPullError, match=re.escape(
+                "num_hidden_layers / llama.block_count is 2 in the folder and 30 in the template")):
+            check_config_fits({**config, "num_hidden_layers": 2}, template)
+        with pytest.raises(ModelPullError, match=re.escape("GGUF export handles Llama models only")):
+            check_config_fits({**config, "model_type": "qwen2"}, template)
+
+    def test_weight_type_errors(self, tmp_path):
+        from optima_agents.models.gguf_store import gguf_weights
+
+        with pytest.raises(ValueError, match=re.escape("weights must be one of ('q4_1', 'shipped', 'f32', 'f16', "
+                                                       "'q8_0') or a path to a .gguf file, got 'int4'")):
+            gguf_weights(tmp_path, "int4")
+        with pytest.raises(ModelNotFoundError, match=re.escape("weights='/nowhere/m.gguf': no such GGUF file")):
+            gguf_weights(None, "/nowhere/m.gguf")
+
+
+# ---------------------------------------------------------------------------- the real thing
+@pytest.mark.model
+@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install 'optima[llamacpp]')")
+def test_plays_a_synth_hop_episode_on_the_embedded_model(embedded_model_dir, smollm_tokenizer):
+    """The shipped Q4_1 GGUF on llama.cpp: exact prompt ids, parallel sequences, a real episode."""
+    import optima_envs
+    from optima_agents.rollout import RolloutEngine
+
+    policy = LlamaCppPolicy(str(embedded_model_dir), weights="q4_1", batch_size=4, n_ctx=4096, num_threads=1,
+                            sampling=SamplingParams(max_new_tokens=12))
+    try:
+        ident = policy.identity()
+        assert ident["backend"] == "llamacpp" and ident["dtype"] == "q4_1" and ident["weights"]["source"] == "shipped"
+        env = optima_envs.make("synth-hop-ia")
+        observations, _ = env.reset(seed=0)
+        first = TurnRequest(env.current_speaker, observations[env.current_speaker], seed=0)
+        assert policy.act([first])[0].prompt_tokens == len(prompt_ids(first.observation, smollm_tokenizer))
+        records = RolloutEngine("synth-hop-ia", policy, progress=False).run(3)  # 3 episodes, lock step
+        assert len(records) == 3 and policy.engine.stats["decode_calls"] > 0
+        for record in records:
+            assert not record.infra_failure and record.turns
+            assert record.policies[record.agents[0]]["backend"] == "llamacpp"
+            for turn in record.turns:  # exact ids: the env charged the policy's own token ids
+                assert turn.tokens_exact and turn.num_tokens == len(turn.token_ids) > 0
+                assert smollm_tokenizer.decode(list(turn.token_ids)) == turn.text or turn.truncated
+    finally:
+        policy.close()
