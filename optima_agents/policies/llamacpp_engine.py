@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -126,6 +127,9 @@ class LlamaCppEngine:
         self.vocab = lc.llama_model_get_vocab(self.model)
         self.n_vocab = int(lc.llama_vocab_n_tokens(self.vocab))
         self.batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        # Freed by `close()`, or when the engine is collected, or at interpreter exit while the
+        # binding still works (a `__del__` running during shutdown finds its functions gone).
+        self._finalizer = weakref.finalize(self, _free, lc, self.batch, self.ctx, self.model)
         self.stats = {"decode_calls": 0, "prompt_tokens": 0, "generated_tokens": 0}
 
     @property
@@ -212,18 +216,13 @@ class LlamaCppEngine:
 
     def close(self) -> None:
         """Free the batch, the context and the model (safe to call twice)."""
-        lc = self._lc
-        if getattr(self, "batch", None) is not None:
-            lc.llama_batch_free(self.batch)
-            self.batch = None
-        if getattr(self, "ctx", None):
-            lc.llama_free(self.ctx)
-            self.ctx = None
-        if getattr(self, "model", None):
-            lc.llama_model_free(self.model)
-            self.model = None
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+        self.batch = self.ctx = self.model = None
 
-    def __del__(self) -> None:
-        if getattr(self, "_lc", None) is not None:
-            self.close()
 
+def _free(lc: Any, batch: Any, ctx: Any, model: Any) -> None:
+    lc.llama_batch_free(batch)
+    lc.llama_free(ctx)
+    lc.llama_model_free(model)

@@ -118,7 +118,7 @@ for _spec in (
                 summary="OpenAI-compatible servers (base_urls)", options=frozenset({"base_urls"}),
                 loads_weights=False, install="pip install httpx"),
     BackendSpec("llamacpp", "optima_agents.policies.llamacpp:LlamaCppPolicy",
-                summary="llama.cpp, in-process, on a GGUF file (backend_kwargs: weights=q8_0|f16|f32|q4_1)",
+                summary="llama.cpp, in-process, on a GGUF file (backend_kwargs: weights=auto|q4_1|f16|f32|q8_0)",
                 options=frozenset({"batch_size"}),
                 install="pip install 'optima[llamacpp]' (builds llama-cpp-python from source)"),
 ):

@@ -334,7 +334,7 @@ class TestGGUFExport:
     def test_weight_type_errors(self, tmp_path):
         from optima_agents.models.gguf_store import gguf_weights
 
-        with pytest.raises(ValueError, match=re.escape("weights must be one of ('q4_1', 'shipped', 'f32', 'f16', "
+        with pytest.raises(ValueError, match=re.escape("weights must be one of ('auto', 'q4_1', 'shipped', 'f32', 'f16', "
                                                        "'q8_0') or a path to a .gguf file, got 'int4'")):
             gguf_weights(tmp_path, "int4")
         with pytest.raises(ModelNotFoundError, match=re.escape("weights='/nowhere/m.gguf': no such GGUF file")):
