@@ -88,7 +88,7 @@ def entry_points(monkeypatch):
 class TestMakePolicy:
     def test_unknown_backend_lists_the_registered_ones_and_how_to_add_one(self):
         with pytest.raises(ConfigError, match=re.escape(
-                "unknown backend 'tgi'; choose one of ['hf', 'vllm', 'openai'] (a new backend registers with "
+                "unknown backend 'tgi'; choose one of ['hf', 'vllm', 'openai', 'llamacpp'] (a new backend registers with "
                 "optima_agents.policies.register_backend(), or from another package through the entry-point group "
                 "'optima.backends')")):
             make_policy("tgi", "m")
