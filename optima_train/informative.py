@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from optima_envs.core.places import partners_informed
+from optima_train.examples.views import reset_as
 
 __all__ = ["record_informed"]
 
@@ -19,14 +20,8 @@ def record_informed(env: Any, record: Any) -> bool | None:
     Raises:
         ValueError: the env rebuilds another instance (it is not the one the record came from).
     """
-    options = {k: v for k, v in dict(record.options or {}).items() if k != "format_instruction"}
-    if record.index is not None:
-        options["index"] = record.index
-    env.reset(seed=record.seed, options=options)
+    reset_as(env, record, "checking")
     state = env.unwrapped.state
-    if state.instance.instance_id != record.instance_id:
-        raise ValueError(f"checking {record.instance_id!r} rebuilt instance {state.instance.instance_id!r}: "
-                         "pass the env (same id and kwargs) the record was sampled from")
     seats = {name: i for i, name in enumerate(record.agents)}
     messages = [(seats[turn.speaker], turn.text) for turn in record.turns]
     return partners_informed(env.unwrapped.task, state.instance, state.evidence, messages)

@@ -1,5 +1,7 @@
 """The steps that sample-then-train loops share (iSFT, GRPO): sample dialogues per training
-question into an episode buffer, and give each one the Optima reward.
+question into an episode buffer, and give each one the Optima reward, stored beside the buffer in
+a side table keyed by episode (`optima_train.buffers.rewards`); later steps read the buffer with
+the table attached (`_scored_records`).
 
 `SampledDialogues` is the `IterativeTrainer` of loops whose config samples whole dialogues: its
 `sampler` is a `RolloutSamplerSection` (`SampledConfig`). A loop subclasses it with its config
@@ -18,8 +20,8 @@ from optima_train.config.sampler import RolloutSamplerSection, constrains
 from optima_train.config.sections import TrainingConfig
 from optima_train.loop import IterativeTrainer
 
-__all__ = ["EPISODES", "SampledConfig", "SampledDialogues", "component_means", "floats", "load_records", "mean",
-           "per_agent", "save_records"]
+__all__ = ["EPISODES", "SampledConfig", "SampledDialogues", "component_means", "load_records", "mean", "per_agent",
+           "save_records"]
 
 EPISODES = "episodes"  # an episode buffer directory (optima_train.buffers)
 
@@ -34,10 +36,6 @@ def load_records(path: Path) -> list[Any]:
     from optima_train.buffers import read_episodes
 
     return read_episodes(path)
-
-
-def floats(components: Mapping[str, Any]) -> dict[str, float | None]:
-    return {k: None if v is None else float(v) for k, v in components.items()}
 
 
 def mean(values: Any) -> float | None:
@@ -105,23 +103,40 @@ class SampledDialogues(IterativeTrainer[S]):
                          "mean_score": mean([r.score for r in ran if r.scored])}
 
     def _rewarded(self, it: int) -> tuple[list[Any], Any, Any]:
-        """Iteration `it`'s sampled records with the Optima reward's components added, the reward
-        batch, and the readability scorer (None when `lambda_loss` is 0)."""
-        from optima_train.rewards import DialogueSample, Turn, compute_rewards
+        """Iteration `it`'s sampled records (as sampled), their reward batch (aligned with them),
+        and the readability scorer (None when `lambda_loss` is 0)."""
+        from optima_train.rewards import compute_rewards, dialogue_sample
 
         r = self.config.reward
         records = load_records(self.run_dir.step_dir(it, "generation") / EPISODES)
-        samples = [DialogueSample(group=rec.instance_id, agents=tuple(rec.agents),
-                                  utterances=tuple(Turn(x.speaker, x.text) for x in rec.turns), tokens=rec.total_tokens,
-                                  score=rec.score, score_ok=rec.score_ok, infra_failed=rec.infra_failure)
-                   for rec in records]
+        samples = [dialogue_sample(rec, group=rec.instance_id) for rec in records]
         loss_fn = self._reference() if r.lambda_loss > 0 else None
         batch = compute_rewards(samples, weights=r.weights(), turn_loss=loss_fn,
                                 token_normalization=r.token_normalization, token_percentile=r.token_percentile,
                                 repeat_ratio=r.repeat_ratio, repeat_min_chars=r.repeat_min_chars)
-        scored = [replace(rec, reward_components={**rec.reward_components, **floats(res.components)})
-                  for rec, res in zip(records, batch.results)]
-        return scored, batch, loss_fn
+        return records, batch, loss_fn
+
+    @staticmethod
+    def _save_rewards(folder: Path, records: Sequence[Any], components: Sequence[Mapping[str, Any]]) -> None:
+        """The scoring step's side table: `components[k]` for the episode at position `k` of the
+        generation buffer (`optima_train.buffers.rewards`)."""
+        from optima_train.buffers import REWARDS_FILE, EpisodeRewards, write_rewards
+
+        write_rewards(folder / REWARDS_FILE, [EpisodeRewards.of(pos, rec, values)
+                                              for pos, (rec, values) in enumerate(zip(records, components))])
+
+    def _scored_records(self, it: int) -> list[Any]:
+        """Iteration `it`'s sampled records with the scoring step's reward components attached.
+
+        A scoring step that finished before rewards had a side table stored a second, scored copy
+        of the buffer in its folder instead; a run resumed across that change reads the copy."""
+        from optima_train.buffers import REWARDS_FILE, attach_rewards, read_rewards
+
+        scoring = self.run_dir.step_dir(it, "scoring")
+        if not (scoring / REWARDS_FILE).exists() and (scoring / EPISODES).is_dir():
+            return load_records(scoring / EPISODES)
+        records = load_records(self.run_dir.step_dir(it, "generation") / EPISODES)
+        return attach_rewards(records, read_rewards(scoring / REWARDS_FILE))
 
 
 def per_agent(policy: Any, sampling: Any, temperatures: Mapping[str, float], agents: Sequence[str]) -> Any:

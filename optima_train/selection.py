@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Hashable, Sequence
+from typing import Any, Hashable, Sequence
 
 from optima_envs.errors import ConfigError
 
-__all__ = ["Candidate", "SelectionResult", "select_best"]
+__all__ = ["Candidate", "SelectionResult", "candidate", "select_best"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,15 @@ class Candidate:
     sample_index: int = 0
     excluded: str | None = None
     informative: bool | None = None  # the partners' messages carried the answer (None: not checked)
+
+
+def candidate(key: Hashable, record: Any, *, sample_index: int = 0, informative: bool | None = None) -> Candidate:
+    """An `EpisodeRecord` with its reward components attached as a candidate: grouped by its
+    question, ranked by `reward_components["reward"]`, excluded when it has no usable score."""
+    excluded = None if record.scored else ("infra_failure" if record.infra_failure else "scoring_failure")
+    return Candidate(key=key, group=record.instance_id, reward=record.reward_components.get("reward"),
+                     score=record.score, tokens=record.total_tokens, sample_index=sample_index, excluded=excluded,
+                     informative=informative)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ and the worst (lowest value) the rejected one, when the best value exceeds
 `min_chosen_value` and the gap exceeds `min_gap` (paper section 3.3). Of the qualifying pairs
 the `keep_fraction` with the highest chosen values are kept, across the whole batch or per tree.
 The prompt of a pair is the dialogue up to its node, seen by the children's speaker; building
-it needs the env and a chat template, so it is done by `optima_train.dpo_data`.
+it needs the env and a chat template, so it is done by `optima_train.examples.dpo`.
 """
 
 from __future__ import annotations

@@ -440,7 +440,18 @@ def _record(env: Any, item: _Live, *, error: str | None = None) -> EpisodeRecord
         total_tokens=int(state.total_tokens),
         agent_tokens={a: int(t) for a, t in zip(env.possible_agents, state.agent_tokens)},
         reward_components=components, infra_failure=failed, error=error,
+        plain_system_prompts=_plain_prompts(state),
     )
+
+
+def _plain_prompts(state: Any) -> tuple[str, ...] | None:
+    """The system prompts without the format instruction, as the env kept them at reset: its
+    prompts themselves when it added none; None when it added one but an env's state does not
+    keep the plain prompts (training then rebuilds them, see `optima_train.examples.views`)."""
+    plain = getattr(state, "plain_system_prompts", None)
+    if plain is not None:
+        return tuple(plain)
+    return None if state.format_instruction else tuple(state.system_prompts)
 
 
 def _with_policies(record: EpisodeRecord, identities: Mapping[str, Any], sampling: Mapping[str, Any],

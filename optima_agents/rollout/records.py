@@ -3,8 +3,8 @@
 Records are what episode buffers store (`optima_train.buffers`, one row per record) and what
 rewards, selection and trainers read. Every field is JSON-compatible (`to_dict`/`from_dict`
 round-trip exactly), so the same seed and greedy decoding give equal records. A turn's
-`logprobs` is left out of `to_dict` when None, so records made without log-probs read the same
-as before the field existed.
+`logprobs`, and an episode's `plain_system_prompts`, are left out of `to_dict` when None, so
+records made without them read the same as before the fields existed.
 """
 
 from __future__ import annotations
@@ -90,6 +90,9 @@ class EpisodeRecord:
         sampling: each agent's sampling settings.
         infra_failure, error: a policy returned an error action (connection, timeout, ...): the
             episode stopped there and must not be scored as wrong.
+        plain_system_prompts: each agent's system prompt without the format instruction (equal
+            to `system_prompts` when none was used), what training shows the model; None when the
+            record was made before episodes recorded it.
     """
 
     env_id: str
@@ -117,6 +120,7 @@ class EpisodeRecord:
     sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     infra_failure: bool = False
     error: str | None = None
+    plain_system_prompts: tuple[str, ...] | None = None
 
     @property
     def num_turns(self) -> int:
@@ -128,9 +132,12 @@ class EpisodeRecord:
         return not self.infra_failure and self.score_ok and self.score is not None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON data (tuples become lists); `from_dict` restores an equal record."""
+        """Plain JSON data (tuples become lists); `from_dict` restores an equal record.
+        `plain_system_prompts` only when recorded."""
         data = json.loads(json.dumps(asdict(self)))
         data["turns"] = [t.to_dict() for t in self.turns]
+        if self.plain_system_prompts is None:
+            del data["plain_system_prompts"]
         return data
 
     @classmethod
@@ -139,4 +146,6 @@ class EpisodeRecord:
         data["turns"] = tuple(TurnRecord.from_dict(t) for t in data["turns"])
         for key in ("agents", "roles", "system_prompts"):
             data[key] = tuple(data[key])
+        if data.get("plain_system_prompts") is not None:
+            data["plain_system_prompts"] = tuple(data["plain_system_prompts"])
         return cls(**data)

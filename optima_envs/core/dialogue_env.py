@@ -69,7 +69,8 @@ class DialogueEnv(ParallelEnv):
     `reset(seed=..., options=...)` picks an instance (`options["index"]`, or drawn from the
     env's private RNG), deals the evidence with the same RNG and writes each system prompt.
     `options["format_instruction"]` adds a format instruction: a string, an index into the
-    format pool, or "sample" for one drawn from the RNG; `options["instance"]` plays a given
+    format pool, or "sample" for one drawn from the RNG (the prompts without it are kept too, in
+    `state.plain_system_prompts`, for training); `options["instance"]` plays a given
     `TaskInstance`; `options["ablation"]` removes or swaps the other agents' messages in the
     agents' views, for measuring what talking contributed (`optima_envs.core.ablation`). `seed` is a non-negative int or None; any other seed, or options that are not
     a dict, raise `ConfigError` listing what is accepted (`RESET_OPTIONS`); an unknown key is
@@ -162,16 +163,20 @@ class DialogueEnv(ParallelEnv):
         evidence = self.task.split_evidence(instance, len(self.possible_agents), self._rng)
         format_instruction = self._pick_format_instruction(options.get("format_instruction"))
         ablation = parse_ablation(options["ablation"], self.possible_agents) if "ablation" in options else None
-        prompts = tuple(
-            self.task.prompts.system_prompt(
-                agent=name, agents=self.possible_agents, role=self._roles[i], instance=instance,
-                evidence=evidence[i], format_instruction=format_instruction,
+
+        def prompts(instruction: str | None) -> tuple[str, ...]:
+            return tuple(
+                self.task.prompts.system_prompt(
+                    agent=name, agents=self.possible_agents, role=self._roles[i], instance=instance,
+                    evidence=evidence[i], format_instruction=instruction,
+                )
+                for i, name in enumerate(self.possible_agents)
             )
-            for i, name in enumerate(self.possible_agents)
-        )
+
         self._state = DialogueState(
-            instance=instance, roles=self._roles, evidence=evidence, system_prompts=prompts,
+            instance=instance, roles=self._roles, evidence=evidence, system_prompts=prompts(format_instruction),
             format_instruction=format_instruction, agent_tokens=(0,) * len(self.possible_agents), ablation=ablation,
+            plain_system_prompts=prompts(None) if format_instruction else None,
         )
         self.agents = list(self.possible_agents)
         observations = self.observations_for(self._state)
@@ -310,12 +315,8 @@ class DialogueEnv(ParallelEnv):
             end_reason = "max_turns"
         tokens = list(state.agent_tokens)
         tokens[index] += num_tokens
-        new_state = DialogueState(
-            instance=state.instance, roles=state.roles, evidence=state.evidence,
-            system_prompts=state.system_prompts, format_instruction=state.format_instruction,
-            messages=(*state.messages, message), agent_tokens=tuple(tokens), end_reason=end_reason,
-            ablation=state.ablation,
-        )
+        new_state = replace(state, messages=(*state.messages, message), agent_tokens=tuple(tokens),
+                            end_reason=end_reason)
         if end_reason is not None:
             new_state = replace(new_state, outcome=self._score(new_state))
         return message, new_state

@@ -23,6 +23,10 @@ class DialogueState:
     outcome: Mapping[str, Any] = field(default_factory=dict)
     ablation: Ablation | None = None
     """How the agents' views of each other's messages are altered (None: they are not)."""
+    plain_system_prompts: tuple[str, ...] | None = None
+    """Each agent's system prompt as written without the format instruction, kept when one was
+    added (None: none was, so `system_prompts` are already plain). Training on a dialogue sampled
+    with a format instruction uses these, so the model learns the format without being told."""
 
     @property
     def turn(self) -> int:

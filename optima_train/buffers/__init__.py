@@ -5,6 +5,7 @@
     records = read_episodes("runs/iter0")          # back to EpisodeRecords (every part checked)
     ds = load_episode_dataset("runs/iter0")        # a Hugging Face datasets.Dataset
 
+Rewards sit beside a buffer in a side table keyed by episode (`optima_train.buffers.rewards`).
 The schema is documented in `optima_train.buffers.schema`; the on-disk layout and atomicity in
 `optima_train.buffers.writer`; the manifest and its checks in `optima_train.buffers.manifest`.
 """
@@ -20,6 +21,13 @@ from optima_train.buffers.reader import (
     remove_temp_files,
     verify_buffer,
 )
+from optima_train.buffers.rewards import (
+    REWARDS_FILE,
+    EpisodeRewards,
+    attach_rewards,
+    read_rewards,
+    write_rewards,
+)
 from optima_train.buffers.schema import (
     EPISODE_SCHEMA,
     SCHEMA_VERSION,
@@ -34,15 +42,19 @@ __all__ = [
     "EPISODE_SCHEMA",
     "MANIFEST_NAME",
     "PART_GLOB",
+    "REWARDS_FILE",
     "SCHEMA_VERSION",
     "BufferCorruptError",
     "BufferWarning",
+    "EpisodeRewards",
     "EpisodeWriter",
     "PartEntry",
+    "attach_rewards",
     "list_parts",
     "load_episode_dataset",
     "read_episodes",
     "read_part_metadata",
+    "read_rewards",
     "rebuild_manifest",
     "record_to_row",
     "records_to_table",
@@ -51,4 +63,5 @@ __all__ = [
     "table_to_records",
     "verify_buffer",
     "write_episodes",
+    "write_rewards",
 ]

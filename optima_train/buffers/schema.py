@@ -24,13 +24,17 @@ Columns (nullable unless noted):
   identity and the sampling settings, each as JSON.
 - `infra_failure` (bool, not null), `error` (string): the episode stopped on an infrastructure
   failure; never score it as wrong.
+- `plain_system_prompts` (list<string>): the system prompts without the format instruction,
+  aligned with `agents`; an empty list when they equal `system_prompts` (no instruction was
+  used, so nothing is stored twice), null when the record did not carry them.
 
 Why lists aligned with `agents` rather than maps, and JSON strings for free-form values: Parquet
 maps and open structs read back awkwardly through Hugging Face `datasets`, while these columns
 load as plain lists and strings everywhere (pandas, polars, DuckDB, `datasets`).
 
-Version history: 1: first release. 2: `turns[].logprobs`. Parts of version 1 still read (their
-turns get `logprobs=None`); `episode_schema(version)` is the schema a part of that version must
+Version history: 1: first release. 2: `turns[].logprobs`. 3: `plain_system_prompts`. Parts of
+older versions still read (a version 1 turn gets `logprobs=None`; a record of version 1 or 2 gets
+`plain_system_prompts=None`); `episode_schema(version)` is the schema a part of that version must
 have. New parts are always written with the current version.
 """
 
@@ -46,7 +50,7 @@ from optima_agents.rollout.records import EpisodeRecord, TurnRecord
 __all__ = ["EPISODE_SCHEMA", "SCHEMA_VERSION", "SCHEMA_VERSION_KEY", "episode_schema", "file_schema_version",
            "record_to_row", "records_to_table", "row_to_record", "table_to_records"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Parquet key-value metadata key holding the schema version of a file.
 SCHEMA_VERSION_KEY = b"optima.schema_version"
 
@@ -67,8 +71,9 @@ TURN_TYPE = pa.struct([*_TURN_FIELDS_V1, pa.field("logprobs", pa.list_(pa.float6
 COMPONENT_TYPE = pa.struct([pa.field("name", pa.string(), nullable=False), pa.field("value", pa.float64())])
 
 
-def _episode_fields(turn_type: pa.DataType) -> list[pa.Field]:
-    """Every column, with the given turn struct (the only part that differs between versions)."""
+def _episode_fields(turn_type: pa.DataType, *, plain_prompts: bool = True) -> list[pa.Field]:
+    """Every column, with the given turn struct and with or without `plain_system_prompts` (what
+    differs between versions)."""
     return [
         pa.field("schema_version", pa.int16(), nullable=False),
         pa.field("env_id", pa.string(), nullable=False),
@@ -96,23 +101,26 @@ def _episode_fields(turn_type: pa.DataType) -> list[pa.Field]:
         pa.field("sampling", pa.list_(pa.string()), nullable=False),
         pa.field("infra_failure", pa.bool_(), nullable=False),
         pa.field("error", pa.string()),
+        *([pa.field("plain_system_prompts", pa.list_(pa.string()))] if plain_prompts else []),
     ]
 
 
 EPISODE_SCHEMA = pa.schema(_episode_fields(TURN_TYPE), metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})
 _SCHEMAS = {
-    1: pa.schema(_episode_fields(pa.struct(_TURN_FIELDS_V1)), metadata={SCHEMA_VERSION_KEY: b"1"}),
+    1: pa.schema(_episode_fields(pa.struct(_TURN_FIELDS_V1), plain_prompts=False), metadata={SCHEMA_VERSION_KEY: b"1"}),
+    2: pa.schema(_episode_fields(TURN_TYPE, plain_prompts=False), metadata={SCHEMA_VERSION_KEY: b"2"}),
     SCHEMA_VERSION: EPISODE_SCHEMA,
 }
 
 
 def file_schema_version(schema: pa.Schema) -> int:
     """The schema version a Parquet file's key-value metadata names. A file without it (rewritten
-    by another tool, which dropped the metadata) gets the version whose turn struct it has."""
+    by another tool, which dropped the metadata) gets the version whose turn struct and columns it has."""
     raw = (schema.metadata or {}).get(SCHEMA_VERSION_KEY)
     if not raw:
         turns = schema.field("turns").type if "turns" in schema.names else None
-        return next((v for v, known in _SCHEMAS.items() if known.field("turns").type == turns), SCHEMA_VERSION)
+        return next((v for v, known in _SCHEMAS.items()
+                     if known.field("turns").type == turns and set(known.names) == set(schema.names)), SCHEMA_VERSION)
     try:
         return int(raw)
     except ValueError:
@@ -159,12 +167,30 @@ def record_to_row(record: EpisodeRecord) -> dict[str, Any]:
         "policies": [_dumps(record.policies.get(a, {})) for a in agents],
         "sampling": [_dumps(record.sampling.get(a, {})) for a in agents],
         "infra_failure": record.infra_failure, "error": record.error,
+        "plain_system_prompts": _plain_column(record),
     }
+
+
+def _plain_column(record: EpisodeRecord) -> list[str] | None:
+    """`plain_system_prompts` as stored: empty when equal to `system_prompts` (see the module doc)."""
+    plain = record.plain_system_prompts
+    if plain is None:
+        return None
+    return [] if tuple(plain) == tuple(record.system_prompts) else list(plain)
+
+
+def _plain_prompts(row: Mapping[str, Any], system_prompts: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The inverse of `_plain_column`; None for rows of versions before the column existed."""
+    stored = row.get("plain_system_prompts")
+    if stored is None:
+        return None
+    return tuple(stored) if len(stored) else system_prompts
 
 
 def row_to_record(row: Mapping[str, Any]) -> EpisodeRecord:
     """The inverse of `record_to_row`; accepts rows from pyarrow or from `datasets`, of this
-    schema version or an older one (a version 1 turn has no `logprobs`: it reads as None).
+    schema version or an older one (a version 1 turn has no `logprobs`, a version 1 or 2 row no
+    `plain_system_prompts`: each reads as None).
 
     Raises:
         ValueError: the row was written with a newer schema version than this code knows.
@@ -175,11 +201,12 @@ def row_to_record(row: Mapping[str, Any]) -> EpisodeRecord:
             f"episode row has schema_version {version}, newer than this Optima's {SCHEMA_VERSION}; upgrade optima"
         )
     agents = tuple(row["agents"])
+    system_prompts = tuple(row["system_prompts"])
     return EpisodeRecord(
         env_id=row["env_id"], env_version=int(row["env_version"]), seed=row["seed"], index=row["index"],
         options=json.loads(row["options"]), instance_id=row["instance_id"], question=row["question"],
         gold=json.loads(row["gold"]), agents=agents, roles=tuple(row["roles"]),
-        system_prompts=tuple(row["system_prompts"]), format_instruction=row["format_instruction"],
+        system_prompts=system_prompts, format_instruction=row["format_instruction"],
         turns=tuple(TurnRecord.from_dict(t) for t in row["turns"]),
         final_answer=row["final_answer"], score=row["score"], score_ok=bool(row["score_ok"]),
         score_error=row["score_error"], end_reason=row["end_reason"], total_tokens=int(row["total_tokens"]),
@@ -188,6 +215,7 @@ def row_to_record(row: Mapping[str, Any]) -> EpisodeRecord:
         policies={a: json.loads(p) for a, p in zip(agents, row["policies"])},
         sampling={a: json.loads(s) for a, s in zip(agents, row["sampling"])},
         infra_failure=bool(row["infra_failure"]), error=row["error"],
+        plain_system_prompts=_plain_prompts(row, system_prompts),
     )
 
 

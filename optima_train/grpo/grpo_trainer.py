@@ -8,11 +8,12 @@ Per iteration `i` (the run-dir layout of `optima_train.run_dir`):
    `train.old_logprobs: backend`, carries the backend's per-token log-probs. Episodes go to the buffer.
 2. **scoring**: the Optima reward of every dialogue (the reward section, as iSFT computes it), then
    group advantages `(r - mean) / (std + eps)` over each question's `G` dialogues
-   (`group_advantages`; a group without spread gives 0 and is counted). Stored per episode as
-   `reward_components["reward"]` and `["advantage"]`.
+   (`group_advantages`; a group without spread gives 0 and is counted). Stored per episode, with
+   every reward component, in the step's side table (`rewards.parquet`, `optima_train.buffers.rewards`)
+   as `reward` and `advantage`; the generation buffer stays as sampled.
 3. **training**: every agent of every dialogue with a non-zero advantage is one sequence: its view
    of the whole dialogue (its system prompt as sampled, its own turns `assistant`), the loss on its
-   own reply tokens only (`policy_examples`; the chat-template spans of `optima_train.sft_data`).
+   own reply tokens only (`optima_train.examples.policy`).
    Under causal attention that is each of its turns as an example with the dialogue before it as
    prompt. The clipped objective (`clipped_policy_loss`) is optimised for `train.num_train_epochs`
    passes over the batch on a LoRA adapter from `M_i` (`ClippedPolicyTrainer`, a
@@ -64,26 +65,19 @@ import contextlib
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Hashable, Mapping, Sequence
 
 import torch
 import transformers
 
-from optima_envs.atomic_files import atomic_write_parquet
+from optima_train.examples.policy import policy_examples, write_policy_rows
 from optima_train.grpo.grpo_config import GRPOConfig
-from optima_train.sampled_dialogues import (
-    EPISODES,
-    SampledDialogues,
-    component_means,
-    load_records,
-    mean,
-    save_records,
-)
+from optima_train.sampled_dialogues import SampledDialogues, component_means, mean
 
-__all__ = ["ClippedPolicyTrainer", "GRPOArguments", "GRPOTrainer", "GroupAdvantages", "PolicyExample",
-           "clipped_policy_loss", "group_advantages", "policy_examples", "token_logprobs", "train_grpo"]
+__all__ = ["ClippedPolicyTrainer", "GRPOArguments", "GRPOTrainer", "GroupAdvantages", "clipped_policy_loss",
+           "group_advantages", "token_logprobs", "train_grpo"]
 
 
 
@@ -193,93 +187,6 @@ def clipped_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, adva
     stats = {"ratio": mean(ratio), "clip_fraction": mean(low | high), "clip_low": mean(low), "clip_high": mean(high),
              "kl": None if kl is None else mean(kl), "advantage": mean(adv), "tokens": int(tokens.item())}
     return loss, stats
-
-
-@dataclass(frozen=True)
-class PolicyExample:
-    """One agent's view of one dialogue as a training sequence.
-
-    `old_logprobs[k]` is the backend's log-prob of token `k` (NaN: none, recomputed before the
-    update); `loss_mask[k]` is 1 on the agent's own reply tokens."""
-
-    input_ids: list[int]
-    loss_mask: list[int]
-    old_logprobs: list[float]
-    advantage: float
-    agent: str
-    episode: int
-    cut: bool = False
-
-    def to_row(self) -> dict[str, Any]:
-        return {"input_ids": self.input_ids, "loss_mask": self.loss_mask, "old_logprobs": self.old_logprobs,
-                "advantage": self.advantage, "agent": self.agent, "episode": self.episode, "cut": self.cut}
-
-
-def policy_examples(record: Any, advantage: float, tokenizer: Any, *, episode: int, max_length: int,
-                    fmt: Any = None) -> list[PolicyExample]:
-    """One `PolicyExample` per agent that spoke in `record` (an `EpisodeRecord`), with the system
-    prompts it was sampled with; sequences longer than `max_length` keep their start (`cut`).
-
-    Raises:
-        TemplateMaskError: the chat template is not prefix-preserving, or a reply is not where
-            the template put its span.
-    """
-    from optima_agents.chat import DEFAULT_CHAT_FORMAT
-    from optima_train.sft_data import TemplateMaskError, agent_view, assistant_spans
-
-    fmt = fmt or DEFAULT_CHAT_FORMAT
-    examples = []
-    for agent, prompt in zip(record.agents, record.system_prompts):
-        # Runs of consecutive own turns: chat_messages merges each run into one assistant message.
-        runs: list[list[Any]] = []
-        for k, turn in enumerate(record.turns):
-            if turn.speaker == agent:
-                if runs and k > 0 and record.turns[k - 1].speaker == agent:
-                    runs[-1].append(turn)
-                else:
-                    runs.append([turn])
-        if not runs:
-            continue
-        full, spans = assistant_spans(tokenizer, agent_view(agent, prompt, record.turns, fmt, agents=record.agents))
-        if len(spans) != len(runs):
-            raise TemplateMaskError(f"agent {agent!r}: {len(runs)} runs of own turns but {len(spans)} assistant spans")
-        content: list[tuple[int, int, Any]] = []  # (start, end, turn) of every reply's text
-        markers: list[tuple[int, int]] = []  # end-of-turn spans the model emitted
-        for run, (start, end) in zip(runs, spans):
-            cursor = start
-            for turn in run:
-                pos = full.find(turn.text, cursor, end)
-                if pos < 0:
-                    raise TemplateMaskError(f"agent {agent!r}, turn {turn.turn}: its text is not inside its span")
-                content.append((pos, pos + len(turn.text), turn))
-                cursor = pos + len(turn.text)
-            last = run[-1]
-            if last.finish_reason == "stop" and not last.truncated:
-                markers.append((cursor, end))
-        encoded = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-        ids = list(encoded["input_ids"])
-        mask, old = [0] * len(ids), [math.nan] * len(ids)
-        by_turn: dict[int, list[int]] = defaultdict(list)
-        for k, (a, b) in enumerate(encoded["offset_mapping"]):
-            if b <= a:
-                continue
-            hit = next((turn for s, e, turn in content if s <= a < e), None)
-            if hit is not None:
-                mask[k] = 1
-                by_turn[hit.turn].append(k)
-            elif any(s <= a < e for s, e in markers):
-                mask[k] = 1
-        for _, _, turn in content:
-            positions = by_turn.get(turn.turn, [])
-            if turn.logprobs is not None and [ids[k] for k in positions] == list(turn.token_ids[:len(positions)]) \
-                    and len(positions) <= len(turn.token_ids):
-                for k, value in zip(positions, turn.logprobs):
-                    old[k] = float(value)
-        cut = len(ids) > max_length
-        ids, mask, old = ids[:max_length], mask[:max_length], old[:max_length]
-        if sum(mask):
-            examples.append(PolicyExample(ids, mask, old, float(advantage), agent, episode, cut))
-    return examples
 
 
 def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor,
@@ -482,9 +389,8 @@ class GRPOTrainer(SampledDialogues[GRPOConfig]):
         records, batch, loss_fn = self._rewarded(it)
         rewards = [res.reward for res in batch.results]
         adv = group_advantages(rewards, [rec.instance_id for rec in records], eps=self.config.train.advantage_eps)
-        scored = [replace(rec, reward_components={**rec.reward_components, "advantage": a})
-                  for rec, a in zip(records, adv.advantages)]
-        save_records(folder / EPISODES, scored, writer=self.NAME)
+        self._save_rewards(folder, records, [{**res.components, "advantage": a}
+                                             for res, a in zip(batch.results, adv.advantages)])
         present = [float(x) for x in rewards if x is not None]
         return {"episodes": len(records), "ranked": len(present), "excluded": batch.excluded,
                 "reward_mean": mean(present), "reward_std": round(statistics.pstdev(present), 6) if present else None,
@@ -499,13 +405,13 @@ class GRPOTrainer(SampledDialogues[GRPOConfig]):
         from transformers import AutoTokenizer
 
         cfg = self.config
-        records = load_records(self.run_dir.step_dir(it, "scoring") / EPISODES)
+        records = self._scored_records(it)
         tokenizer = AutoTokenizer.from_pretrained(self.model_before(it))
         rows = [ex.to_row() for pos, rec in enumerate(records)
                 if rec.reward_components.get("advantage") not in (None, 0.0)
                 for ex in policy_examples(rec, rec.reward_components["advantage"], tokenizer, episode=pos,
                                           max_length=cfg.train.max_length)]
-        _write_rows(folder / "examples.parquet", rows)
+        write_policy_rows(folder / "examples.parquet", rows)
         if not rows:
             self._unchanged(it, "every group's rewards are equal (no non-zero advantage)")
             return {"skipped": "no non-zero advantage", "checkpoint": None, "sequences": 0, "train_loss": None}
@@ -535,13 +441,3 @@ class GRPOTrainer(SampledDialogues[GRPOConfig]):
         return (f"reward {self._fmt(s['reward_mean'])} ± {self._fmt(s['reward_std'])} | "
                 f"{s['zero_variance_groups']}/{s['groups']} groups flat | ratio {self._fmt(s['mean_ratio'])} "
                 f"clip {self._fmt(s['clip_fraction'])} kl {self._fmt(s['kl'], '.4f')}")
-
-
-def _write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """The training batch as one Parquet file (for inspection), written atomically."""
-    import pyarrow as pa
-
-    schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("loss_mask", pa.list_(pa.int8())),
-                        ("old_logprobs", pa.list_(pa.float32())), ("advantage", pa.float64()),
-                        ("agent", pa.string()), ("episode", pa.int64()), ("cut", pa.bool_())])
-    atomic_write_parquet(path, rows, schema)

@@ -80,7 +80,8 @@ class IDPOTrainer(IterativeTrainer[IDPOConfig]):
         from optima_agents.mcts import MCTSPlanner, OptimaTreeReward, TreeTask
         from optima_agents.policies import SamplingParams, capabilities_of
         from optima_agents.rollout import derive_seed
-        from optima_train.dpo_data import pair_rows, pair_statistics, write_pairs, write_trees
+        from optima_train.examples.dpo import pair_rows, write_pairs
+        from optima_train.search_trees import pair_statistics, write_trees
 
         cfg, m, r = self.config, self.config.mcts, self.config.reward
         mcts = dataclasses.replace(m, seed=derive_seed(cfg.run.seed, m.seed, it))
@@ -201,7 +202,7 @@ def train_dpo(cfg: Any, pairs: Path, init: str, folder: Path, *, seed: int) -> d
     """
     from trl import DPOConfig, DPOTrainer
 
-    from optima_train.dpo_data import read_pairs, to_dpo_dataset
+    from optima_train.examples.dpo import read_pairs, to_dpo_dataset
     from optima_train.trl_glue import quiet_progress, train_with
 
     t = cfg.train

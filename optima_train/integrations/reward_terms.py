@@ -3,23 +3,15 @@ score, token cost and readability stay separate columns there as they are here."
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping
+from typing import Mapping
 
-from optima_envs.rewards import DialogueSample, RewardResult, Rubric, Turn
+from optima_envs.rewards import RewardResult, Rubric
 
-__all__ = ["REWARD_COLUMNS", "dialogue_sample", "weighted_terms"]
+__all__ = ["REWARD_COLUMNS", "weighted_terms"]
 
 #: The rubric's reward terms and the column name each gets outside Optima.
 REWARD_COLUMNS: Mapping[str, str] = {"score": "optima_score", "token_cost": "optima_token_cost",
                                      "readability": "optima_readability", "format_penalty": "optima_format"}
-
-
-def dialogue_sample(record: Any, *, group: Hashable) -> DialogueSample:
-    """What the reward reads of a finished `EpisodeRecord`, compared within `group`."""
-    return DialogueSample(group=group, agents=tuple(record.agents),
-                          utterances=tuple(Turn(t.speaker, t.text) for t in record.turns),
-                          tokens=int(record.total_tokens), score=record.score, score_ok=record.score_ok,
-                          infra_failed=record.infra_failure)
 
 
 def weighted_terms(result: RewardResult, rubric: Rubric) -> dict[str, float]:

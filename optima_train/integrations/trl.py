@@ -14,7 +14,7 @@ copy of a row with its own sampling seed) and returns that agent's view of it as
 its turns and its partners' turns in its chat template, with `env_mask` 1 on its own reply tokens
 (and the end-of-turn token it emitted) and 0 on everything it did not generate. `logprobs` are the
 sampler's, where the reply's stored ids are the sampled ones (NaN on trained tokens without one,
-0 on masked ones). The sequence is built by `optima_train.grpo.policy_examples`, exactly as
+0 on masked ones). The sequence is built by `optima_train.examples.policy_examples`, exactly as
 Optima's own GRPO builds it. A seat that never spoke gets a one-token completion with mask 0.
 
 **The reward.** The Optima reward of each dialogue (`optima_envs.rewards.compute_rewards`, token
@@ -40,7 +40,8 @@ from optima_agents.rollout import EpisodeRecord, EpisodeSpec, RolloutEngine, der
 from optima_envs.errors import ConfigError
 from optima_envs.rewards import RewardWeights, TurnLossFn, compute_rewards, default_rubric
 from optima_envs.rewards.normalization import TokenNormalization
-from optima_train.integrations.reward_terms import REWARD_COLUMNS, dialogue_sample, weighted_terms
+from optima_train.integrations.reward_terms import REWARD_COLUMNS, weighted_terms
+from optima_train.rewards.episodes import dialogue_sample
 
 __all__ = ["OptimaRollout", "RowSpec"]
 
@@ -174,7 +175,7 @@ class OptimaRollout:
     def _view(self, record: EpisodeRecord, agent: str, tokenizer: Any,
               position: int) -> tuple[list[int], list[int], list[int], list[float]]:
         """`agent`'s view of `record` split where its first reply starts, cut after its last trained token."""
-        from optima_train.grpo.grpo_trainer import policy_examples
+        from optima_train.examples.policy import policy_examples
 
         example = next((e for e in policy_examples(record, 0.0, tokenizer, episode=position,
                                                    max_length=self.max_length) if e.agent == agent), None)

@@ -7,10 +7,12 @@ Per iteration `i` (folders in `optima_train.run_dir`):
    from run seed, iteration, question and sample), so the N samples of a question differ in
    sampling and in the evidence deal; iteration 0 adds a format-pool instruction drawn per
    episode (`format_instruction="sample"`).
-2. **scoring**: every reward component of every dialogue (`optima_train.rewards`), stored in
-   the episodes' `reward_components`; scoring and infra failures are excluded and counted.
+2. **scoring**: every reward component of every dialogue (`optima_train.rewards`), stored in a
+   side table keyed by episode (`rewards.parquet`, `optima_train.buffers.rewards`) beside the
+   generation buffer, which stays as sampled; scoring and infra failures are excluded and counted.
 3. **selection**: best dialogue per question, top `keep_fraction` of questions, thresholds;
-   one SFT example per agent with its plain system prompt (`optima_train.sft_data`).
+   one SFT example per agent with the system prompt the env wrote without the format
+   instruction when it sampled the dialogue (`optima_train.examples.sft`).
 4. **training**: TRL `SFTTrainer` with a LoRA adapter (or full fine-tuning) from `M_i` (or the
    base model, `train.init="base"`); the adapter is merged and saved as a plain HF folder,
    `M_{i+1}`. No selected example: the step records that and `M_{i+1} = M_i`.
@@ -27,14 +29,7 @@ from typing import Any, Mapping
 from optima_envs.atomic_files import atomic_write_json
 from optima_train.isft.isft_config import ISFTConfig
 from optima_train.loop import PolicyFactory, StepHook
-from optima_train.sampled_dialogues import (
-    EPISODES,
-    SampledDialogues,
-    component_means,
-    load_records,
-    mean,
-    save_records,
-)
+from optima_train.sampled_dialogues import SampledDialogues, component_means, mean
 
 __all__ = ["ISFTTrainer", "PolicyFactory", "StepHook"]
 
@@ -63,12 +58,12 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
         return info
 
     def _scoring(self, folder: Path, it: int) -> dict[str, Any]:
-        scored, batch, loss_fn = self._rewarded(it)
-        save_records(folder / EPISODES, scored, writer=self.NAME)
+        records, batch, loss_fn = self._rewarded(it)
+        self._save_rewards(folder, records, [res.components for res in batch.results])
         rewards = [res.reward for res in batch.results if res.reward is not None]
         means = component_means(batch.results, ("score", "tokens", "token_cost", "readability", "format_rate",
                                                 "max_turn_lm_loss"))
-        return {"episodes": len(scored), "ranked": len(rewards), "excluded": batch.excluded,
+        return {"episodes": len(records), "ranked": len(rewards), "excluded": batch.excluded,
                 "mean_reward": mean(rewards), "component_means": means,
                 "readability_texts": batch.readability_texts,
                 "readability_computed": getattr(loss_fn, "computed", None)}
@@ -77,23 +72,19 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
         from transformers import AutoTokenizer
 
         import optima_envs
+        from optima_train.examples import build_sft_examples, plain_prompts, write_sft_dataset
         from optima_train.informative import record_informed
-        from optima_train.selection import Candidate, select_best
-        from optima_train.sft_data import (
-            build_sft_examples,
-            plain_system_prompts,
-            write_sft_dataset,
-        )
+        from optima_train.selection import candidate, select_best
 
         cfg, s = self.config, self.config.selection
-        records = load_records(self.run_dir.step_dir(it, "scoring") / EPISODES)
+        records = self._scored_records(it)
         n = cfg.generation.samples_per_question
-        env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(cfg.task.train_kwargs()))
-        informed = [record_informed(env, rec) if s.informative_only and rec.scored else None for rec in records]
-        candidates = [Candidate(key=pos, group=rec.instance_id, reward=rec.reward_components.get("reward"),
-                                score=rec.score, tokens=rec.total_tokens, sample_index=pos % n,
-                                excluded=None if rec.scored else ("infra_failure" if rec.infra_failure else "scoring_failure"),
-                                informative=informed[pos])
+        # The env is rebuilt only to check the partners' information, or for records from before
+        # episodes kept their plain prompts (`plain_prompts` then resets it to rebuild them).
+        needs_env = s.informative_only or any(r.plain_system_prompts is None and r.format_instruction for r in records)
+        env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(cfg.task.train_kwargs())) if needs_env else None
+        candidates = [candidate(pos, rec, sample_index=pos % n,
+                                informative=record_informed(env, rec) if s.informative_only and rec.scored else None)
                       for pos, rec in enumerate(records)]
         result = select_best(candidates, keep_fraction=s.keep_fraction, reward_threshold=s.reward_threshold,
                              min_score=s.min_score, informative_only=s.informative_only)
@@ -101,7 +92,7 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
         rows, chosen = [], []
         for c in result.selected:
             rec = records[c.key]
-            for ex in build_sft_examples(rec, plain_system_prompts(env, rec), tokenizer, episode_id=f"{it}:{c.key}"):
+            for ex in build_sft_examples(rec, plain_prompts(rec, env), tokenizer, episode_id=f"{it}:{c.key}"):
                 rows.append(ex.to_row())
             chosen.append({"episode": c.key, "instance_id": rec.instance_id, "reward": c.reward, "score": c.score,
                            "tokens": c.tokens, "format_instruction": rec.format_instruction})
@@ -142,7 +133,7 @@ def train_sft(cfg: ISFTConfig, data: Path, init: str, folder: Path, *, seed: int
     import datasets
     from trl import SFTConfig, SFTTrainer
 
-    from optima_train.sft_data import keep_start
+    from optima_train.examples import keep_start
     from optima_train.trl_glue import quiet_progress, train_with
 
     quiet_progress(cfg)

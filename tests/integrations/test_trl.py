@@ -13,7 +13,8 @@ import pytest
 trl = pytest.importorskip("trl")
 
 from optima_envs.rewards import RewardWeights, compute_rewards, default_rubric  # noqa: E402
-from optima_train.integrations.reward_terms import REWARD_COLUMNS, dialogue_sample  # noqa: E402
+from optima_train.integrations.reward_terms import REWARD_COLUMNS  # noqa: E402
+from optima_train.rewards import dialogue_sample  # noqa: E402
 from optima_train.integrations.trl import OptimaRollout  # noqa: E402
 
 #: Per-turn reply length: a few tokens, so the step stays fast on 2 CPU cores.

@@ -19,7 +19,7 @@ from optima_agents.chat import chat_messages  # noqa: E402
 from optima_agents.policies import ScriptedPolicy  # noqa: E402
 from optima_agents.rollout import EpisodeSpec, RolloutEngine  # noqa: E402
 from optima_envs.rewards import RewardWeights, compute_rewards  # noqa: E402
-from optima_train.integrations.reward_terms import dialogue_sample  # noqa: E402
+from optima_train.rewards import dialogue_sample  # noqa: E402
 from optima_train.integrations.verifiers import OptimaEnvConfig, optima_env  # noqa: E402
 
 def script(messages: list[Mapping[str, str]]) -> str:

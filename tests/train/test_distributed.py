@@ -66,7 +66,7 @@ def test_sft_step_two_processes_match_one(embedded_model_dir, tmp_path):
 
     from optima_train.isft import ISFTConfig
     from optima_train.isft.isft_trainer import train_sft
-    from optima_train.sft_data import write_sft_dataset
+    from optima_train.examples import write_sft_dataset
 
     tok = AutoTokenizer.from_pretrained(embedded_model_dir)
     ids = [tok(f"Alice says the answer to question {i} is {i + 20}, and Bob agrees after checking the facts.")["input_ids"]
@@ -83,7 +83,7 @@ def test_sft_step_two_processes_match_one(embedded_model_dir, tmp_path):
 
 
 def test_dpo_step_two_processes_match_one(embedded_model_dir, tmp_path):
-    from optima_train.dpo_data import write_pairs
+    from optima_train.examples import write_pairs
     from optima_train.idpo import IDPOConfig
     from optima_train.idpo.idpo_trainer import train_dpo
 

@@ -43,7 +43,7 @@ def test_sft_full_fine_tuning(tiny, tmp_path):
 
 
 def test_dpo_full_fine_tuning_keeps_a_frozen_reference_copy(tiny, tmp_path):
-    from optima_train.dpo_data import write_pairs
+    from optima_train.examples import write_pairs
     from optima_train.idpo import IDPOConfig
     from optima_train.idpo.idpo_trainer import train_dpo
 

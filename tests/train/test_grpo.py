@@ -1,5 +1,5 @@
-"""Multi-agent GRPO: group advantages, the clipped loss, the per-agent training sequences, the
-config and CLI, and one real iteration that resumes."""
+"""Multi-agent GRPO: group advantages, the clipped loss, the config and CLI, and one real
+iteration that resumes (its training sequences are tested in `tests.train.examples.test_policy`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ import pytest
 import torch
 import yaml
 
-from optima_agents.rollout.records import EpisodeRecord, TurnRecord
 from optima_envs.errors import ConfigError
 from optima_train.config.io import load_config
 from optima_train.grpo import GRPOConfig, GRPOTrainer
-from optima_train.grpo.grpo_trainer import clipped_policy_loss, group_advantages, policy_examples
+from optima_train.grpo.grpo_trainer import clipped_policy_loss, group_advantages
 from optima_train.run_dir import RunDir, read_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,86 +117,6 @@ class TestClippedLoss:
             _loss(logp, old, [1.0], [[1, 1]], beta=0.1)
 
 
-# ---------------------------------------------------------------------------------- training sequences
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-
-
-@pytest.fixture(scope="module")
-def char_tokenizer():
-    """A one-token-per-character fast tokenizer with a ChatML template (no model files)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    chars = [chr(c) for c in range(32, 127)] + ["\n"]
-    core = Tokenizer(models.WordLevel({"<unk>": 0, **{c: i + 1 for i, c in enumerate(chars)}}, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<unk>", eos_token="<|im_end|>")
-    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
-    tok.chat_template = CHATML
-    return tok
-
-
-def _turn(tok, k, speaker, text, finish="stop", logprobs=True, ids=None, truncated=False):
-    ids = tuple(tok(text, add_special_tokens=False)["input_ids"]) if ids is None else ids
-    lps = tuple(-0.01 * (k + 1) * (i + 1) for i in range(len(ids))) if logprobs else None
-    return TurnRecord(turn=k, speaker=speaker, text=text, token_ids=ids, num_tokens=len(ids), tokens_exact=True,
-                      answer=None, finish_reason=finish, truncated=truncated, logprobs=lps)
-
-
-def _record(turns, agents=("alice", "bob")):
-    return EpisodeRecord(env_id="t", env_version=1, seed=0, index=0, options={}, instance_id="q0", question="?",
-                         gold=None, agents=tuple(agents), roles=tuple(agents),
-                         system_prompts=tuple(f"You are {a}." for a in agents), format_instruction=None,
-                         turns=tuple(turns), final_answer=None, score=1.0, score_ok=True, score_error=None,
-                         end_reason="max_turns", total_tokens=0, agent_tokens={})
-
-
-def _loss_text(tok, ex):
-    return tok.decode([i for i, m in zip(ex.input_ids, ex.loss_mask) if m])
-
-
-class TestPolicyExamples:
-    def test_each_agent_trains_on_its_own_replies_with_the_sampler_logprobs(self, char_tokenizer):
-        tok = char_tokenizer
-        turns = [_turn(tok, 0, "alice", "hi bob"), _turn(tok, 1, "bob", "hello", finish="length"),
-                 _turn(tok, 2, "alice", "bye")]
-        alice, bob = policy_examples(_record(turns), 0.5, tok, episode=3, max_length=4096)
-        assert (alice.agent, bob.agent, alice.advantage, alice.episode) == ("alice", "bob", 0.5, 3)
-        assert _loss_text(tok, alice) == "hi bob<|im_end|>bye<|im_end|>"
-        assert _loss_text(tok, bob) == "hello"  # cut at max_new_tokens: no end-of-turn was sampled
-        assert tok.decode(alice.input_ids).startswith("<|im_start|>system\nYou are alice.<|im_end|>")
-        given = [v for v, m in zip(alice.old_logprobs, alice.loss_mask) if m and not math.isnan(v)]
-        assert given == pytest.approx(list(turns[0].logprobs) + list(turns[2].logprobs))
-        missing = [k for k, (v, m) in enumerate(zip(alice.old_logprobs, alice.loss_mask)) if m and math.isnan(v)]
-        assert [tok.decode([alice.input_ids[k]]) for k in missing] == ["<|im_end|>", "<|im_end|>"]
-
-    def test_replies_whose_ids_were_not_sampled_get_no_backend_logprobs(self, char_tokenizer):
-        tok = char_tokenizer
-        turns = [_turn(tok, 0, "alice", "abc", ids=(5, 6, 7)), _turn(tok, 1, "bob", "xyz", logprobs=False)]
-        alice, bob = policy_examples(_record(turns), 1.0, tok, episode=0, max_length=4096)
-        assert all(math.isnan(v) for v, m in zip(alice.old_logprobs + bob.old_logprobs,
-                                                  alice.loss_mask + bob.loss_mask) if m)
-
-    def test_consecutive_own_turns_skip_the_separator_and_cut_keeps_the_start(self, char_tokenizer):
-        tok = char_tokenizer
-        turns = [_turn(tok, 0, "alice", "one"), _turn(tok, 1, "alice", "two"), _turn(tok, 2, "bob", "ok")]
-        alice, _ = policy_examples(_record(turns, agents=("alice", "bob", "carol")), 1.0, tok, episode=0,
-                                   max_length=4096)
-        assert _loss_text(tok, alice) == "onetwo<|im_end|>"
-        assert not alice.cut
-        start = next(k for k, m in enumerate(alice.loss_mask) if m)
-        short, _ = policy_examples(_record(turns, agents=("alice", "bob", "carol")), 1.0, tok, episode=0,
-                                   max_length=start + 2)
-        assert short.cut and len(short.input_ids) == start + 2 and _loss_text(tok, short) == "on"
-
-    def test_agents_that_never_spoke_give_no_sequence(self, char_tokenizer):
-        examples = policy_examples(_record([_turn(char_tokenizer, 0, "alice", "x")]), 1.0, char_tokenizer,
-                                   episode=0, max_length=4096)
-        assert [e.agent for e in examples] == ["alice"]
-
-
 # ---------------------------------------------------------------------------------- config and CLI
 class TestConfig:
     @pytest.mark.parametrize("name", ["base", "synth_hop", "synth_hop_smoke"])
@@ -274,7 +193,7 @@ class TestTinyIteration:
     def test_one_iteration_trains_the_adapter_and_resumes(self, tmp_path, embedded_model_dir):
         from safetensors.torch import load_file
 
-        from optima_train.buffers import read_episodes
+        from optima_train.buffers import attach_rewards, read_episodes, read_rewards
 
         out = tmp_path / "run"
         cfg = load_config(GRPOConfig, None, [
@@ -304,7 +223,8 @@ class TestTinyIteration:
         it = run.stage_dir(0)
         episodes = read_episodes(it / "generation" / "episodes")
         assert len(episodes) == 4 and any(t.logprobs is not None for e in episodes for t in e.turns)
-        scored = read_episodes(it / "scoring" / "episodes")
+        assert not (it / "scoring" / "episodes").exists()  # the buffer is written once; rewards sit beside it
+        scored = attach_rewards(episodes, read_rewards(it / "scoring" / "rewards.parquet"))
         for q in {e.instance_id for e in scored}:
             group = [e.reward_components["advantage"] for e in scored if e.instance_id == q]
             assert len(group) == 2 and sum(group) == pytest.approx(0, abs=1e-6)

@@ -349,9 +349,9 @@ def test_saved_rounds_for_other_trees_are_searched_again(tmp_path, monkeypatch):
 
 def test_a_saved_round_of_real_trees_gives_the_same_pairs(tmp_path):
     from optima_agents.mcts import PairConfig, SearchResult, extract_pairs
-    from optima_train.dpo_data import pair_rows
+    from optima_train.examples import pair_rows
     from optima_train.idpo.idpo_trainer import _load_round, _save_round
-    from tests.train.test_dpo_data import search_two_trees
+    from tests.train.examples.test_dpo import search_two_trees
 
     trees, _ = search_two_trees()
     config = PairConfig(min_chosen_value=-1, min_gap=0.0)

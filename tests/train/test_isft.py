@@ -371,7 +371,7 @@ class TestTinyIteration:
         import torch
         from safetensors.torch import load_file
 
-        from optima_train.buffers import read_episodes
+        from optima_train.buffers import attach_rewards, read_episodes, read_rewards
 
         out = tmp_path / "run"
         cfg = load_config(ISFTConfig, None, tiny_overrides(out))
@@ -390,8 +390,9 @@ class TestTinyIteration:
         assert len(episodes) == 4 and all(e.format_instruction for e in episodes)
         assert {e.instance_id for e in episodes} == {"synth-hop-train-0", "synth-hop-train-1"}
         assert all(e.sampling["alice"]["temperature"] == 0.7 for e in episodes)
-        # scoring: every component stored with the episode
-        scored = read_episodes(it / "scoring" / "episodes")
+        # scoring: every component stored beside the buffer, keyed by episode; the buffer is written once
+        assert not (it / "scoring" / "episodes").exists()
+        scored = attach_rewards(episodes, read_rewards(it / "scoring" / "rewards.parquet"))
         for e in scored:
             assert {"reward", "score", "tokens", "token_cost", "readability", "format_rate",
                     "max_turn_lm_loss"} <= set(e.reward_components)
@@ -425,3 +426,70 @@ class TestTinyIteration:
         assert list((out / "tensorboard").glob("events.out.tfevents.*"))
         assert not (out / "run.lock").exists()
         assert summary["seconds"]["training"] is not None and json.dumps(summary)
+
+
+# ---------------------------------------------------------------------------------- one record through training
+class TestRecordsThroughSelection:
+    """Scoring writes a side table beside the generation buffer, and selection reads the buffer
+    with it attached and takes the plain prompts from the records: it builds no env."""
+
+    def run_to_selection(self, tmp_path, monkeypatch) -> RunDir:
+        import transformers
+
+        import optima_envs
+        from tests.train.examples.conftest import build_char_tokenizer
+
+        monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: build_char_tokenizer())
+        make = optima_envs.make
+
+        def no_env_after_scoring(stage, step, info):
+            if step == "scoring":
+                monkeypatch.setattr(optima_envs, "make", lambda *a, **k: pytest.fail("selection built an env"))
+            if step == "selection":
+                monkeypatch.setattr(optima_envs, "make", make)
+                raise Stop("selection")
+
+        cfg = load_config(ISFTConfig, None, [*tiny_overrides(tmp_path / "run"), "reward.lambda_loss=0",
+                                             "eval.baseline=false"])
+        with pytest.raises(Stop):
+            ISFTTrainer(cfg, policy_factory=scripted_factory([]), on_step_done=no_env_after_scoring).train()
+        return RunDir(tmp_path / "run")
+
+    def test_rewards_sit_beside_the_buffer_and_selection_uses_the_sampled_plain_prompts(self, tmp_path, monkeypatch):
+        import pyarrow.parquet as pq
+
+        from optima_train.buffers import attach_rewards, read_episodes, read_rewards
+
+        run = self.run_to_selection(tmp_path, monkeypatch)
+        episodes = read_episodes(run.step_dir(0, "generation") / "episodes")
+        assert all(e.format_instruction and e.plain_system_prompts for e in episodes)
+        assert not (run.step_dir(0, "scoring") / "episodes").exists()
+        table = read_rewards(run.step_dir(0, "scoring") / "rewards.parquet")
+        assert [(r.episode, r.instance_id, r.seed) for r in table] == \
+            [(k, e.instance_id, e.seed) for k, e in enumerate(episodes)]
+        scored = attach_rewards(episodes, table)
+        assert all({"reward", "score", "tokens", "token_cost"} <= set(e.reward_components) for e in scored)
+        rows = pq.read_table(run.step_dir(0, "selection") / "sft.parquet").to_pylist()
+        assert len(rows) == 4
+        by_agent = {(row["episode_id"], row["agent"]): row["messages"][0]["content"] for row in rows}
+        for (episode_id, agent), prompt in by_agent.items():
+            record = episodes[int(episode_id.split(":")[1])]
+            assert prompt == record.plain_system_prompts[record.agents.index(agent)]
+            assert record.format_instruction not in prompt
+
+    def test_a_scoring_step_from_before_the_side_table_still_reads(self, tmp_path, monkeypatch):
+        """A run whose scoring step stored a scored copy of the buffer resumes from it."""
+        from dataclasses import replace
+
+        from optima_train.buffers import read_episodes, write_episodes
+        from optima_train.isft.isft_trainer import ISFTTrainer as Trainer
+
+        run = self.run_to_selection(tmp_path, monkeypatch)
+        episodes = read_episodes(run.step_dir(0, "generation") / "episodes")
+        scored = [replace(e, reward_components={**e.reward_components, "reward": float(k)}, plain_system_prompts=None)
+                  for k, e in enumerate(episodes)]
+        (run.step_dir(0, "scoring") / "rewards.parquet").unlink()
+        write_episodes(run.step_dir(0, "scoring") / "episodes", scored)
+        cfg = load_config(ISFTConfig, None, [*tiny_overrides(tmp_path / "run"), "reward.lambda_loss=0",
+                                             "eval.baseline=false"])
+        assert Trainer(cfg)._scored_records(0) == scored

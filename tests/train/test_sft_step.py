@@ -30,7 +30,7 @@ def _rewrite(data: Path, edit) -> Path:
     """`data` with every row passed through `edit(index, row)`."""
     import datasets
 
-    from optima_train.sft_data import write_sft_dataset
+    from optima_train.examples import write_sft_dataset
 
     write_sft_dataset(data, [edit(i, row) for i, row in enumerate(datasets.Dataset.from_parquet(str(data)).to_list())])
     return data

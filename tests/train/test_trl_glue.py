@@ -62,11 +62,11 @@ def test_device_follows_model_device(cuda_present, config_cls, device, use_cpu, 
 
 
 def test_dpo_training_honours_model_device(cuda_present, no_model_loading, monkeypatch, tmp_path):
-    import optima_train.dpo_data as dpo_data
+    import optima_train.examples.dpo as dpo_rows
     from optima_train.idpo.idpo_trainer import train_dpo
 
-    monkeypatch.setattr(dpo_data, "read_pairs", lambda path: [])
-    monkeypatch.setattr(dpo_data, "to_dpo_dataset", lambda pairs: _Anything())
+    monkeypatch.setattr(dpo_rows, "read_pairs", lambda path: [])
+    monkeypatch.setattr(dpo_rows, "to_dpo_dataset", lambda pairs: _Anything())
     captured = _capture(monkeypatch, "DPOConfig")
     cfg = load_config(IDPOConfig, None, ["model.device=cpu", "train.beta=0.3"])
     with pytest.raises(_Stop):

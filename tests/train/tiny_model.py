@@ -39,10 +39,10 @@ def build_tiny_model(folder: Path, *, seed: int = 0) -> Path:
 
 def write_tiny_sft_data(model: Path, path: Path, count: int = 4) -> Path:
     """`count` SFT rows ("what is i plus i ?" -> "the answer is <A> i </A>", loss on the reply) in
-    the tiny tokenizer's ids, written as `optima_train.sft_data` writes them; returns `path`."""
+    the tiny tokenizer's ids, written as `optima_train.examples.sft` writes them; returns `path`."""
     from transformers import AutoTokenizer
 
-    from optima_train.sft_data import write_sft_dataset
+    from optima_train.examples import write_sft_dataset
 
     tok = AutoTokenizer.from_pretrained(model)
     rows = []

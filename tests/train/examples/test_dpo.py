@@ -5,7 +5,8 @@ import pytest
 import optima_envs
 from optima_agents.chat import KICKOFF_MESSAGE, chat_messages
 from optima_agents.mcts import MCTSConfig, MCTSPlanner, PairConfig, TreeTask, extract_pairs
-from optima_train.dpo_data import pair_rows, pair_statistics, read_pairs, to_dpo_dataset, write_pairs, write_trees
+from optima_train.examples.dpo import pair_rows, read_pairs, to_dpo_dataset, write_pairs
+from optima_train.search_trees import pair_statistics, write_trees
 from optima_agents.testing import TurnScript, first_utterance_reward
 
 GOOD, BAD1, BAD2 = "I say <A>good</A>", "I say <A>bad one</A> and more words here", "I say <A>bad two</A>"

@@ -1,6 +1,9 @@
-"""SFT examples: the agent's own view, the plain prompt, and exactly which tokens carry loss."""
+"""SFT rows: the agent's own view, the plain prompt the env kept at sampling, and exactly which
+tokens carry loss."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -8,34 +11,22 @@ import optima_envs
 from optima_agents.chat import KICKOFF_MESSAGE
 from optima_agents.policies import ScriptedPolicy
 from optima_agents.rollout import EpisodeSpec, RolloutEngine
-from optima_train.sft_data import (
+from optima_train.examples import (
     TemplateMaskError,
     agent_view,
     assistant_mask,
     build_sft_examples,
     keep_start,
-    plain_system_prompts,
+    plain_prompts,
+    rebuild_plain_prompts,
 )
+from tests.train.examples.conftest import decoded_runs as loss_segments
 
 TURNS = [
     {"speaker": "alice", "text": "I know Zoravi was founded by Kelo."},
     {"speaker": "bob", "text": "Kelo was born in Drai. <A>Drai</A>"},
     {"speaker": "alice", "text": "<A>Drai</A>"},
 ]
-
-
-def loss_segments(tokenizer, ids, mask):
-    """The decoded runs of consecutive loss-carrying tokens."""
-    segments, current = [], []
-    for token, bit in zip(ids, mask):
-        if bit:
-            current.append(token)
-        elif current:
-            segments.append(tokenizer.decode(current))
-            current = []
-    if current:
-        segments.append(tokenizer.decode(current))
-    return segments
 
 
 class TestAgentView:
@@ -111,32 +102,41 @@ class TestFromEpisodes:
         engine = RolloutEngine(env, ScriptedPolicy(scripted), progress=False)
         return env, engine.run([EpisodeSpec(seed=11, index=4, options=options)])[0]
 
-    def test_plain_prompts_drop_the_format_instruction_and_keep_the_deal(self):
-        env, record = self.episode({"format_instruction": "sample"})
+    def test_the_record_keeps_the_prompts_without_the_format_instruction(self):
+        _, record = self.episode({"format_instruction": "sample"})
         assert record.format_instruction and all(record.format_instruction in p for p in record.system_prompts)
-        plain = plain_system_prompts(env, record)
         fresh, _ = optima_envs.make("synth-hop-ia", max_turns=3).reset(seed=11, options={"index": 4})
-        assert plain == tuple(fresh[a]["system_prompt"] for a in record.agents)
-        assert all(record.format_instruction not in p for p in plain)
-        assert [p + "\n" + record.format_instruction for p in plain] == list(record.system_prompts)
+        assert record.plain_system_prompts == tuple(fresh[a]["system_prompt"] for a in record.agents)
+        assert [p + "\n" + record.format_instruction for p in record.plain_system_prompts] == \
+            list(record.system_prompts)
+        assert plain_prompts(record) == record.plain_system_prompts  # no env needed
 
-    def test_prompts_without_instruction_are_kept(self):
-        env, record = self.episode({})
-        assert plain_system_prompts(env, record) == record.system_prompts
+    def test_prompts_without_instruction_are_the_plain_prompts(self):
+        _, record = self.episode({})
+        assert record.plain_system_prompts == record.system_prompts == plain_prompts(record)
+
+    def test_an_older_record_is_rebuilt_from_its_env(self):
+        env, record = self.episode({"format_instruction": "sample"})
+        old = replace(record, plain_system_prompts=None)
+        assert plain_prompts(old, env) == rebuild_plain_prompts(env, old) == record.plain_system_prompts
+        with pytest.raises(ValueError, match="pass the env it was sampled from"):
+            plain_prompts(old)
+        unformatted = replace(self.episode({})[1], plain_system_prompts=None)
+        assert plain_prompts(unformatted) == unformatted.system_prompts
 
     def test_wrong_env_is_refused(self):
         _, record = self.episode({"format_instruction": "sample"})
         other = optima_envs.make("synth-hop-ia", split="validation")
         with pytest.raises(ValueError, match="pass the env"):
-            plain_system_prompts(other, record)
+            plain_prompts(replace(record, plain_system_prompts=None), other)
 
     @pytest.mark.model
     def test_one_example_per_agent(self, smollm_tokenizer):
         env, record = self.episode({"format_instruction": "sample"})
-        examples = build_sft_examples(record, plain_system_prompts(env, record), smollm_tokenizer, episode_id="0:0")
+        examples = build_sft_examples(record, plain_prompts(record), smollm_tokenizer, episode_id="0:0")
         assert [e.agent for e in examples] == ["alice", "bob"]
         alice = examples[0]
-        assert alice.messages[0]["content"] == plain_system_prompts(env, record)[0]
+        assert alice.messages[0]["content"] == record.plain_system_prompts[0]
         assert loss_segments(smollm_tokenizer, alice.input_ids, alice.assistant_masks) == [
             "What do you know, partner?<|im_end|>", "Kelo founded it. <A>Drai</A><|im_end|>"]
         assert alice.to_row()["instance_id"] == record.instance_id
