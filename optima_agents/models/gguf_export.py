@@ -89,7 +89,8 @@ def check_config_fits(config: Mapping[str, Any], template: Mapping[str, Any]) ->
                                                              template.get("llama.attention.head_count")),
         "num_key_value_heads / llama.attention.head_count_kv": (config.get("num_key_value_heads"),
                                                                 template.get("llama.attention.head_count_kv")),
-        "vocab_size / tokenizer.ggml.tokens": (config.get("vocab_size"), len(template.get("tokenizer.ggml.tokens", ()))),
+        "vocab_size / tokenizer.ggml.tokens": (config.get("vocab_size"),
+                                               len(template.get("tokenizer.ggml.tokens", ()))),
         "rope_theta / llama.rope.freq_base": (config.get("rope_theta", rope.get("rope_theta")),
                                               template.get("llama.rope.freq_base")),
         "rms_norm_eps / llama.attention.layer_norm_rms_epsilon": (

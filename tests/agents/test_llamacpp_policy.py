@@ -285,7 +285,8 @@ class TestPolicyWithoutLlamaCpp:
         assert vocabulary_mismatch(tok, 131, same.__getitem__) is None
         assert vocabulary_mismatch(tok, 130, same.__getitem__) == "the GGUF has 130 tokens, the tokenizer 131"
         other = [*same[:5], "X", *same[6:]]
-        assert vocabulary_mismatch(tok, 131, other.__getitem__) == "token 5 is 'X' in the GGUF and '\\x02' in the tokenizer"
+        message = "token 5 is 'X' in the GGUF and '\\x02' in the tokenizer"
+        assert vocabulary_mismatch(tok, 131, other.__getitem__) == message
 
     def test_registered_with_its_options(self):
         spec = backend_spec("llamacpp")
@@ -331,11 +332,65 @@ class TestGGUFExport:
         with pytest.raises(ModelPullError, match=re.escape("GGUF export handles Llama models only")):
             check_config_fits({**config, "model_type": "qwen2"}, template)
 
+    def test_a_tiny_llama_exports_with_the_templates_metadata(self, tmp_path):
+        """Tensors come back equal after transformers' own un-permute; metadata is the template's."""
+        import gguf
+        from transformers import LlamaConfig, LlamaForCausalLM
+        from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
+
+        from optima_agents.models.gguf_export import export_gguf
+
+        config = LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                             rms_norm_eps=1e-5, rope_theta=10000.0)
+        LlamaForCausalLM(config).save_pretrained(tmp_path / "hf")
+        state = LlamaForCausalLM.from_pretrained(tmp_path / "hf").state_dict()
+        template = tmp_path / "template.gguf"
+        writer = gguf.GGUFWriter(template, arch="llama")
+        for add, value in ((writer.add_block_count, 2), (writer.add_context_length, 64),
+                           (writer.add_embedding_length, 32), (writer.add_feed_forward_length, 64),
+                           (writer.add_head_count, 4), (writer.add_head_count_kv, 2),
+                           (writer.add_rope_freq_base, 10000.0), (writer.add_layer_norm_rms_eps, 1e-5),
+                           (writer.add_tokenizer_model, "gpt2"), (writer.add_chat_template, "{{ messages }}")):
+            add(value)
+        writer.add_token_list([f"t{i}" for i in range(16)])
+        names = {"token_embd.weight": (16, 32), "output_norm.weight": (32,)}
+        for b in range(2):
+            names.update({f"blk.{b}.attn_norm.weight": (32,), f"blk.{b}.ffn_norm.weight": (32,),
+                          f"blk.{b}.attn_q.weight": (32, 32), f"blk.{b}.attn_k.weight": (16, 32),
+                          f"blk.{b}.attn_v.weight": (16, 32), f"blk.{b}.attn_output.weight": (32, 32),
+                          f"blk.{b}.ffn_gate.weight": (64, 32), f"blk.{b}.ffn_up.weight": (64, 32),
+                          f"blk.{b}.ffn_down.weight": (32, 64)})
+        for name, shape in names.items():
+            writer.add_tensor(name, np.zeros(shape, dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+
+        out = export_gguf(tmp_path / "hf", tmp_path / "m.f32.gguf", "f32", template=template)
+        reader = gguf.GGUFReader(out)
+        assert reader.fields["general.file_type"].contents() == 0
+        assert reader.fields["tokenizer.ggml.tokens"].contents() == [f"t{i}" for i in range(16)]
+        assert reader.fields["tokenizer.chat_template"].contents() == "{{ messages }}"
+        tensors = {t.name: np.array(t.data) for t in reader.tensors}
+        assert set(tensors) == set(names)
+        undo = LlamaTensorProcessor(config={})._reverse_permute_weights
+        q_proj, k_proj = (state[f"model.layers.{b}.self_attn.{p}_proj.weight"].numpy() for b, p in ((1, "q"), (0, "k")))
+        assert np.array_equal(undo(tensors["blk.1.attn_q.weight"], 4, 4), q_proj)
+        assert np.array_equal(undo(tensors["blk.0.attn_k.weight"], 4, 2), k_proj)
+        assert np.array_equal(tensors["blk.0.ffn_down.weight"], state["model.layers.0.mlp.down_proj.weight"].numpy())
+
+        q8 = gguf.GGUFReader(export_gguf(tmp_path / "hf", tmp_path / "m.q8_0.gguf", "q8_0", template=template))
+        types = {t.name: t.tensor_type.name for t in q8.tensors}
+        assert types["blk.0.ffn_up.weight"] == "Q8_0" and types["blk.0.attn_norm.weight"] == "F32"
+        assert q8.fields["general.file_type"].contents() == 7
+
     def test_weight_type_errors(self, tmp_path):
         from optima_agents.models.gguf_store import gguf_weights
 
-        with pytest.raises(ValueError, match=re.escape("weights must be one of ('auto', 'q4_1', 'shipped', 'f32', 'f16', "
-                                                       "'q8_0') or a path to a .gguf file, got 'int4'")):
+        message = "weights must be one of ('auto', 'q4_1', 'shipped', 'f32', 'f16', 'q8_0') or a path to a .gguf file"
+        with pytest.raises(ValueError, match=re.escape(f"{message}, got 'int4'")):
             gguf_weights(tmp_path, "int4")
         with pytest.raises(ModelNotFoundError, match=re.escape("weights='/nowhere/m.gguf': no such GGUF file")):
             gguf_weights(None, "/nowhere/m.gguf")
