@@ -130,7 +130,9 @@ class LlamaCppEngine:
         # Freed by `close()`, or when the engine is collected, or at interpreter exit while the
         # binding still works (a `__del__` running during shutdown finds its functions gone).
         self._finalizer = weakref.finalize(self, _free, lc, self.batch, self.ctx, self.model)
-        self.stats = {"decode_calls": 0, "prompt_tokens": 0, "generated_tokens": 0}
+        # Counters since load: decode calls, prompt tokens fed, tokens generated, and the most
+        # sequences decoded together.
+        self.stats = {"decode_calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "peak_sequences": 0}
 
     @property
     def max_seq_len(self) -> int:
@@ -163,6 +165,7 @@ class LlamaCppEngine:
                 job.seq, job.fed = free_seqs.pop(), 0
                 active[job.seq] = job
                 promised += job.cells
+            self.stats["peak_sequences"] = max(self.stats["peak_sequences"], len(active))
             outputs = self._fill_batch(list(active.values()))
             status = lc.llama_decode(self.ctx, self.batch)
             if status != 0:
