@@ -41,8 +41,9 @@ _DATASET_TASKS = (
     ("mmlu-debate", "mmlu", "debate",
      "MMLU, 57 subjects, 4 options, solver + critic debate, <A>letter</A> (exact match on the option)."),
 )
-# The questions each task is judged on: the held-out split of its shipped training configs
-# (`task.eval_env_kwargs`): the test split where the release labels it, else validation (dev).
+# The questions each task is judged on, by the leaderboard and by training runs (whose configs'
+# `task.eval_env_kwargs` default to these): the test split where the release labels it, else
+# validation (dev).
 _HELDOUT = {
     "hotpotqa-ia": {"split": "validation"}, "2wikimqa-ia": {"split": "validation"},
     "triviaqa-ia": {"split": "validation"}, "cbt-ia": {"split": "validation"}, "gsm8k-debate": {"split": "test"},

@@ -17,12 +17,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["HELDOUT_SEED", "HeldOut"]
+__all__ = ["HELDOUT_SEED", "HeldOut", "registered_kwargs"]
 
 #: Reset seed of held-out question 0. Far from the training seeds (which count up from
 #: `run.seed`), so a held-out deal never repeats a training one, and independent of the run
 #: seed, so runs with different seeds meet the same held-out dialogues.
 HELDOUT_SEED = 1_000_000
+
+
+def registered_kwargs(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The `make()` kwargs of `env_id`'s held-out questions: its registered held-out split
+    (`EnvSpec.heldout_kwargs`) with `env_kwargs` on top.
+
+    Raises:
+        UnknownEnvError: `env_id` is not registered.
+    """
+    import optima_envs
+
+    return {**optima_envs.spec(env_id).heldout_kwargs, **dict(env_kwargs or {})}
 
 
 @dataclass(frozen=True)
@@ -38,9 +50,7 @@ class HeldOut:
     @classmethod
     def registered(cls, env_id: str, env_kwargs: Mapping[str, Any] | None = None, **fields: Any) -> "HeldOut":
         """The env's registered held-out split (`EnvSpec.heldout_kwargs`), with `env_kwargs` on top."""
-        import optima_envs
-
-        return cls(env_id, {**optima_envs.spec(env_id).heldout_kwargs, **dict(env_kwargs or {})}, **fields)
+        return cls(env_id, registered_kwargs(env_id, env_kwargs), **fields)
 
     def specs(self, options: Mapping[str, Any] | None = None) -> list[Any]:
         """The rollout engine's `EpisodeSpec`s, with `options` as every episode's reset options."""

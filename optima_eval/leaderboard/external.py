@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from optima_envs.errors import ConfigError
+from optima_eval.heldout import registered_kwargs
 from optima_eval.leaderboard.cells import (LOCATION_KWARGS, CellResult, HeldOut, cell_path, describe_heldout,
                                             identity_key, store_cell)
 from optima_eval.systems import Outcome
@@ -115,7 +116,7 @@ def _heldout(data: Mapping[str, Any], where: str, locations: dict[str, Any]) -> 
     if placed:
         raise ConfigError(f"{where}: heldout.env_kwargs names where the data is ({placed}); a file cannot say where "
                           f"another machine keeps it: give it with --set {task}.{placed[0]}=...")
-    kwargs = {**optima_envs.spec(task).heldout_kwargs, **env_kwargs, **locations}
+    kwargs = registered_kwargs(task, {**env_kwargs, **locations})
     return HeldOut(task, kwargs, count=raw["count"], seed=raw["seed"], first_index=raw.get("first_index", 0))
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from optima_envs.errors import ConfigError
-from optima_eval.heldout import HELDOUT_SEED
+from optima_eval.heldout import HELDOUT_SEED, registered_kwargs
 from optima_train.config.fields import help_meta as _help
 from optima_train.config.sampler import SamplerSection
 from optima_train.config.train import TRLTrainSection
@@ -34,8 +34,9 @@ class TaskSection:
         "Keyword arguments for optima_envs.make, shared by the training and held-out envs (e.g. max_turns)."))
     train_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "train"}, metadata=_help(
         "Extra make() kwargs for the training questions (e.g. {split: train})."))
-    eval_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "validation"}, metadata=_help(
-        "Extra make() kwargs for the held-out questions (e.g. {split: validation})."))
+    eval_env_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help(
+        "Extra make() kwargs for the held-out questions, over the env's registered held-out split "
+        "(EnvSpec.heldout_kwargs, e.g. {split: validation}); once parsed, the two together."))
     # questions
     train_questions: int = field(default=64, metadata=_help("Training questions per iteration (instances by index)."))
     train_first_index: int = field(default=0, metadata=_help("Index of the first training question."))
@@ -54,6 +55,7 @@ class TaskSection:
             if named:
                 raise ConfigError(f"task.data_dir={self.data_dir!r} and {', '.join(named)} both say where the data "
                                   "is; keep one")
+        self.eval_env_kwargs = _heldout_kwargs(self.env_id, self.eval_env_kwargs)
 
     def train_kwargs(self) -> dict[str, Any]:
         return {**self._data(), **self.env_kwargs, **self.train_env_kwargs}
@@ -63,6 +65,19 @@ class TaskSection:
 
     def _data(self) -> dict[str, Any]:
         return {} if self.data_dir is None else {"data_dir": self.data_dir}
+
+
+def _heldout_kwargs(env_id: str, stated: dict[str, Any]) -> dict[str, Any]:
+    """The held-out kwargs a config means: the env's registered held-out split with what it
+    states on top, so a training run judges its models on the questions the leaderboard plays. A
+    stored config holds the result, which resolves to itself. An unknown env id keeps what is
+    stated; the run's data check names the id."""
+    from optima_envs.errors import UnknownEnvError
+
+    try:
+        return registered_kwargs(env_id, stated)
+    except UnknownEnvError:
+        return dict(stated)
 
 
 @dataclass

@@ -151,7 +151,7 @@ class TestConfig:
 
     def test_training_and_held_out_questions_must_not_overlap(self):
         with pytest.raises(ConfigError, match=re.escape("training questions 0..9 (over all iterations) and held-out")):
-            load_config(GRPOConfig, None, ["task.train_env_kwargs={}", "task.eval_env_kwargs={}",
+            load_config(GRPOConfig, None, ["task.train_env_kwargs={split: validation}",
                                            "task.train_questions=10", "task.eval_first_index=5"])
 
     def test_extra_training_arguments_pass(self):

@@ -30,7 +30,7 @@ class TestIDPOConfig:
         assert list(c.train_indices(3)) == [0, 1]
 
     def test_overlap_with_held_out_questions_over_all_iterations(self):
-        same = {"train_env_kwargs": {}, "eval_env_kwargs": {}, "train_questions": 10, "eval_first_index": 15}
+        same = {"train_env_kwargs": {"split": "validation"}, "train_questions": 10, "eval_first_index": 15}
         with pytest.raises(ConfigError, match=re.escape("training questions 0..19 (over all iterations) and held-out "
                                                         "questions 15..214")):
             from_dict(IDPOConfig, {"task": same, "run": {"iterations": 2}})
