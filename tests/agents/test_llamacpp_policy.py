@@ -304,6 +304,42 @@ class TestPolicyWithoutLlamaCpp:
 
 
 # ---------------------------------------------------------------------------- GGUF export and weights
+@pytest.fixture
+def tiny_llama(tmp_path) -> tuple[Path, Path, dict]:
+    """A random two-layer Llama folder, a template GGUF with metadata fitting it, and its state dict."""
+    import gguf
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                         rms_norm_eps=1e-5, rope_theta=10000.0)
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "hf")
+    state = {k: v.numpy() for k, v in LlamaForCausalLM.from_pretrained(tmp_path / "hf").state_dict().items()}
+    template = tmp_path / "template.gguf"
+    writer = gguf.GGUFWriter(template, arch="llama")
+    for add, value in ((writer.add_block_count, 2), (writer.add_context_length, 64),
+                       (writer.add_embedding_length, 32), (writer.add_feed_forward_length, 64),
+                       (writer.add_head_count, 4), (writer.add_head_count_kv, 2),
+                       (writer.add_rope_freq_base, 10000.0), (writer.add_layer_norm_rms_eps, 1e-5),
+                       (writer.add_tokenizer_model, "gpt2"), (writer.add_chat_template, "{{ messages }}")):
+        add(value)
+    writer.add_token_list([f"t{i}" for i in range(16)])
+    names = {"token_embd.weight": (16, 32), "output_norm.weight": (32,)}
+    for b in range(2):
+        names.update({f"blk.{b}.attn_norm.weight": (32,), f"blk.{b}.ffn_norm.weight": (32,),
+                      f"blk.{b}.attn_q.weight": (32, 32), f"blk.{b}.attn_k.weight": (16, 32),
+                      f"blk.{b}.attn_v.weight": (16, 32), f"blk.{b}.attn_output.weight": (32, 32),
+                      f"blk.{b}.ffn_gate.weight": (64, 32), f"blk.{b}.ffn_up.weight": (64, 32),
+                      f"blk.{b}.ffn_down.weight": (32, 64)})
+    for name, shape in names.items():
+        writer.add_tensor(name, np.zeros(shape, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return tmp_path / "hf", template, state
+
+
 class TestGGUFExport:
     def test_permute_is_undone_by_transformers(self):
         from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
@@ -334,59 +370,52 @@ class TestGGUFExport:
         with pytest.raises(ModelPullError, match=re.escape("GGUF export handles Llama models only")):
             check_config_fits({**config, "model_type": "qwen2"}, template)
 
-    def test_a_tiny_llama_exports_with_the_templates_metadata(self, tmp_path):
+    def test_a_tiny_llama_exports_with_the_templates_metadata(self, tiny_llama, tmp_path):
         """Tensors come back equal after transformers' own un-permute; metadata is the template's."""
         import gguf
-        from transformers import LlamaConfig, LlamaForCausalLM
         from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
 
         from optima_agents.models.gguf_export import export_gguf
 
-        config = LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                             rms_norm_eps=1e-5, rope_theta=10000.0)
-        LlamaForCausalLM(config).save_pretrained(tmp_path / "hf")
-        state = LlamaForCausalLM.from_pretrained(tmp_path / "hf").state_dict()
-        template = tmp_path / "template.gguf"
-        writer = gguf.GGUFWriter(template, arch="llama")
-        for add, value in ((writer.add_block_count, 2), (writer.add_context_length, 64),
-                           (writer.add_embedding_length, 32), (writer.add_feed_forward_length, 64),
-                           (writer.add_head_count, 4), (writer.add_head_count_kv, 2),
-                           (writer.add_rope_freq_base, 10000.0), (writer.add_layer_norm_rms_eps, 1e-5),
-                           (writer.add_tokenizer_model, "gpt2"), (writer.add_chat_template, "{{ messages }}")):
-            add(value)
-        writer.add_token_list([f"t{i}" for i in range(16)])
-        names = {"token_embd.weight": (16, 32), "output_norm.weight": (32,)}
-        for b in range(2):
-            names.update({f"blk.{b}.attn_norm.weight": (32,), f"blk.{b}.ffn_norm.weight": (32,),
-                          f"blk.{b}.attn_q.weight": (32, 32), f"blk.{b}.attn_k.weight": (16, 32),
-                          f"blk.{b}.attn_v.weight": (16, 32), f"blk.{b}.attn_output.weight": (32, 32),
-                          f"blk.{b}.ffn_gate.weight": (64, 32), f"blk.{b}.ffn_up.weight": (64, 32),
-                          f"blk.{b}.ffn_down.weight": (32, 64)})
-        for name, shape in names.items():
-            writer.add_tensor(name, np.zeros(shape, dtype=np.float32))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-
-        out = export_gguf(tmp_path / "hf", tmp_path / "m.f32.gguf", "f32", template=template)
+        folder, template, state = tiny_llama
+        out = export_gguf(folder, tmp_path / "m.f32.gguf", "f32", template=template)
         reader = gguf.GGUFReader(out)
         assert reader.fields["general.file_type"].contents() == 0
         assert reader.fields["tokenizer.ggml.tokens"].contents() == [f"t{i}" for i in range(16)]
         assert reader.fields["tokenizer.chat_template"].contents() == "{{ messages }}"
         tensors = {t.name: np.array(t.data) for t in reader.tensors}
-        assert set(tensors) == set(names)
+        assert len(tensors) == 2 + 2 * 9 and "output.weight" not in tensors  # tied: no separate output
         undo = LlamaTensorProcessor(config={})._reverse_permute_weights
-        q_proj, k_proj = (state[f"model.layers.{b}.self_attn.{p}_proj.weight"].numpy() for b, p in ((1, "q"), (0, "k")))
+        q_proj, k_proj = (state[f"model.layers.{b}.self_attn.{p}_proj.weight"] for b, p in ((1, "q"), (0, "k")))
         assert np.array_equal(undo(tensors["blk.1.attn_q.weight"], 4, 4), q_proj)
         assert np.array_equal(undo(tensors["blk.0.attn_k.weight"], 4, 2), k_proj)
-        assert np.array_equal(tensors["blk.0.ffn_down.weight"], state["model.layers.0.mlp.down_proj.weight"].numpy())
+        assert np.array_equal(tensors["blk.0.ffn_down.weight"], state["model.layers.0.mlp.down_proj.weight"])
 
-        q8 = gguf.GGUFReader(export_gguf(tmp_path / "hf", tmp_path / "m.q8_0.gguf", "q8_0", template=template))
+        q8 = gguf.GGUFReader(export_gguf(folder, tmp_path / "m.q8_0.gguf", "q8_0", template=template))
         types = {t.name: t.tensor_type.name for t in q8.tensors}
         assert types["blk.0.ffn_up.weight"] == "Q8_0" and types["blk.0.attn_norm.weight"] == "F32"
         assert q8.fields["general.file_type"].contents() == 7
+
+    def test_a_trained_folder_is_exported_into_itself_and_refreshed(self, tiny_llama, monkeypatch):
+        """A folder without a manifest (a training checkpoint) keeps its exports in `gguf/`; new
+        weights in the folder make a new export and remove the old one."""
+        import os
+        import time
+
+        from optima_agents.models import gguf_store
+
+        folder, template, _ = tiny_llama
+        monkeypatch.setattr(gguf_store, "template_spec", lambda folder, home=None: SimpleNamespace(name="base"))
+        monkeypatch.setattr(gguf_store, "shipped_gguf", lambda spec, home=None, progress=False: template)
+        first = gguf_store.gguf_weights(folder, "auto")
+        assert first.weight_type == "f16" and first.source == "converted" and first.path.parent == folder / "gguf"
+        assert gguf_store.gguf_weights(folder, "f16").path == first.path  # cached
+        weights = folder / "model.safetensors"
+        os.utime(weights, ns=(time.time_ns(), time.time_ns() + 10**9))  # a new checkpoint written over it
+        second = gguf_store.gguf_weights(folder, "f16")
+        assert second.path != first.path and second.path.is_file() and not first.path.exists()
+        with pytest.raises(ModelNotFoundError, match=re.escape("weights='q4_1' is the registry model 'base''s own")):
+            gguf_store.gguf_weights(folder, "q4_1")
 
     def test_weight_type_errors(self, tmp_path):
         from optima_agents.models.gguf_store import gguf_weights
@@ -396,6 +425,9 @@ class TestGGUFExport:
             gguf_weights(tmp_path, "int4")
         with pytest.raises(ModelNotFoundError, match=re.escape("weights='/nowhere/m.gguf': no such GGUF file")):
             gguf_weights(None, "/nowhere/m.gguf")
+        with pytest.raises(ModelNotFoundError, match=re.escape("weights='f16' exports a local model folder, and "
+                                                               "'org/model' is not one")):
+            gguf_weights("org/model", "f16")
 
 
 # ---------------------------------------------------------------------------- the real thing
