@@ -215,6 +215,32 @@ class LlamaCppPolicy:
         other._calls = 0
         return other
 
+    def verify(self, reference: Any = None, *, max_new_tokens: int = 24, prompts: Sequence[Any] | None = None) -> Any:
+        """Run the parity check against transformers float32 now (see the module doc's table);
+        return the `ParityReport`, or raise `BackendParityError` when a token is further than
+        0.75 nats from the reference's greedy choice.
+
+        Args:
+            reference: a `parity.ReferenceScorer` (default: this model's folder in fp32 transformers).
+            max_new_tokens: reply length of the probe.
+            prompts: probe observations (default: `PARITY_OBSERVATIONS`).
+
+        Raises:
+            ValueError: no reference given for a policy loaded from a bare `.gguf` file.
+        """
+        from optima_agents.policies.parity import PARITY_OBSERVATIONS, ReferenceScorer, check_parity
+
+        if reference is None:
+            if self.model_path is None:
+                raise ValueError("verify() needs a reference model for a policy loaded from a .gguf file: pass "
+                                 "reference=ReferenceScorer(<the model's Hugging Face folder>)")
+            reference = ReferenceScorer(self.model_path, tokenizer=self.tokenizer, chat_format=self.chat_format)
+        greedy = self.with_sampling(SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens))
+        report = check_parity({f"llamacpp-{self.weights.weight_type}": greedy},
+                              PARITY_OBSERVATIONS if prompts is None else prompts, reference=reference)
+        report.raise_for_failures()
+        return report
+
     def close(self) -> None:
         """Free the llama.cpp model and context now. Policies made by `with_sampling` share them:
         closing any of them closes them for all."""

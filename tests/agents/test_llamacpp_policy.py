@@ -279,6 +279,27 @@ class TestPolicyWithoutLlamaCpp:
         other = policy.with_sampling(SamplingParams(temperature=0.5))
         assert other.engine is policy.engine and other.identity()["sampling"]["temperature"] == 0.5
 
+    def test_verify_scores_the_generated_ids_against_the_reference(self):
+        from optima_agents.policies.parity import BackendParityError
+
+        class Reference:
+            dtype, eos_token_id, tokenizer = "float32", 2, CharTokenizer()
+
+            def __init__(self, gap):
+                self.gap, self.scored = gap, []
+
+            def gaps(self, observation, token_ids, *, ended):
+                self.scored.append((list(token_ids), ended))
+                return [self.gap] * (len(token_ids) + ended)
+
+        close = Reference(0.1)
+        report = scripted_policy("ok").verify(close, prompts=[request().observation])
+        assert report.ok and close.scored == [([ord("o") + 3, ord("k") + 3], True)]
+        with pytest.raises(BackendParityError, match=re.escape("llamacpp-q8_0 token 0 ('o') is 2.00 nats below")):
+            scripted_policy("ok").verify(Reference(2.0), prompts=[request().observation])
+        with pytest.raises(ValueError, match=re.escape("verify() needs a reference model for a policy loaded from a")):
+            scripted_policy("ok").verify()
+
     def test_vocabulary_mismatch(self):
         tok = CharTokenizer()
         same = tok.convert_ids_to_tokens(list(range(131)))
