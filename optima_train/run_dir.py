@@ -9,7 +9,7 @@
       baseline/evaluation/         the starting model on the held-out split (optional)
       iter_000/
         generation/   episodes/                      buffer: the N samples per training question
-        scoring/      episodes/                      the same episodes with every reward component
+        scoring/      rewards.parquet                every reward component, keyed by episode (a side table of generation's buffer)
         selection/    sft.parquet, selection.json    the SFT dataset and why each was kept
         training/     checkpoint/ (a plain HF model folder), logs/ (TensorBoard), train.json
         evaluation/   episodes/, metrics.json        held-out dialogues; score and tokens with CIs

@@ -1,4 +1,4 @@
-"""A tokenizer without model files, for the training-row tests."""
+"""A tokenizer without model files and a short dialogue, for the training-row tests."""
 
 from __future__ import annotations
 
@@ -6,6 +6,14 @@ import pytest
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
           "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+#: A three-turn dialogue of two agents, as `agent_view` takes it.
+TURNS = [
+    {"speaker": "alice", "text": "I know Zoravi was founded by Kelo."},
+    {"speaker": "bob", "text": "Kelo was born in Drai. <A>Drai</A>"},
+    {"speaker": "alice", "text": "<A>Drai</A>"},
+]
 
 
 @pytest.fixture(scope="module")

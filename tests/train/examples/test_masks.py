@@ -18,14 +18,7 @@ from optima_train.examples import (
     policy_examples,
     token_mask,
 )
-from tests.train.examples.conftest import decoded_runs
-
-TURNS = [
-    {"speaker": "alice", "text": "I know Zoravi was founded by Kelo."},
-    {"speaker": "bob", "text": "Kelo was born in Drai. <A>Drai</A>"},
-    {"speaker": "alice", "text": "<A>Drai</A>"},
-]
-
+from tests.train.examples.conftest import TURNS, decoded_runs
 
 class TestTokenMask:
     def test_a_token_carries_loss_when_it_starts_inside_a_span(self, char_tokenizer):

@@ -20,14 +20,8 @@ from optima_train.examples import (
     plain_prompts,
     rebuild_plain_prompts,
 )
+from tests.train.examples.conftest import TURNS
 from tests.train.examples.conftest import decoded_runs as loss_segments
-
-TURNS = [
-    {"speaker": "alice", "text": "I know Zoravi was founded by Kelo."},
-    {"speaker": "bob", "text": "Kelo was born in Drai. <A>Drai</A>"},
-    {"speaker": "alice", "text": "<A>Drai</A>"},
-]
-
 
 class TestAgentView:
     def test_first_speaker_gets_the_kickoff_and_own_turns_as_assistant(self):
