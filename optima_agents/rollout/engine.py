@@ -447,7 +447,7 @@ def _record(env: Any, item: _Live, *, error: str | None = None) -> EpisodeRecord
 def _plain_prompts(state: Any) -> tuple[str, ...] | None:
     """The system prompts without the format instruction, as the env kept them at reset: its
     prompts themselves when it added none; None when it added one but an env's state does not
-    keep the plain prompts (training then rebuilds them, see `optima_train.examples.views`)."""
+    keep the plain prompts (training then rebuilds them by resetting the env without the instruction)."""
     plain = getattr(state, "plain_system_prompts", None)
     if plain is not None:
         return tuple(plain)
