@@ -39,6 +39,13 @@ class MCTSConfig:
         max_depth (`int` or `None`, *optional*, defaults to `None`):
             Utterances from the root after which a rollout stops and its node counts as a leaf;
             `None` means the env's own turn limit (reference: 10, the tasks' limit).
+        enumerate_answers (`bool`, *optional*, defaults to `False`):
+            Expand a node where an answering agent speaks, on a task with a closed set of answer
+            moves (`Task.answer_options`: a game's picks), into one child per move instead of
+            sampled rollouts. A sampled expansion finds the right move mostly where the policy
+            already favours it, so its pairs teach that prior (e.g. "pick A or B"); enumerated,
+            every such node pairs the right move with a wrong one after the same dialogue.
+            Off in the paper, which searches open answers only.
 
         > Sampling
 
@@ -66,6 +73,10 @@ class MCTSConfig:
     )
     max_depth: int | None = field(
         default=None, metadata={"help": "Utterances per dialogue in the tree; None means the env's max_turns."}
+    )
+    enumerate_answers: bool = field(
+        default=False, metadata={"help": "Expand an answering turn into every move of a closed answer set "
+                                         "(Task.answer_options) instead of sampling it."}
     )
     # Sampling
     temperature: float = field(default=0.7, metadata={"help": "Rollout sampling temperature (paper 0.7)."})

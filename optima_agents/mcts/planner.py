@@ -4,8 +4,10 @@ One search iteration, for every tree at once:
 
 1. select a node per tree (`selection.select`: softmax over values among the top-k candidates,
    skipping nodes like an already expanded one; terminal nodes are never candidates);
-2. expand it with `rollouts_per_expansion` full rollouts at the search temperature. All pending
-   turns of all rollouts of all trees go to the policy in one `act` call per step, so the
+2. expand it with `rollouts_per_expansion` full rollouts at the search temperature (with
+   `enumerate_answers`, a node where an answering agent speaks on a task with a closed answer
+   set is expanded into one rollout per answer move instead, its first reply given, not sampled).
+   All pending turns of all rollouts of all trees go to the policy in one `act` call per step, so the
    backend batches them. A sampled utterance within `merge_similarity` of an existing sibling
    joins that sibling (the rollout continues from the sibling's snapshot, so every node's
    snapshot is exactly the dialogue along its path);
@@ -33,8 +35,8 @@ from optima_agents.mcts.mcts_config import MCTSConfig
 from optima_agents.mcts.reward import FinishedDialogue, OptimaTreeReward, TreeReward
 from optima_agents.mcts.selection import find_similar, select
 from optima_agents.mcts.tree import Node, Tree
-from optima_agents.policies.base import Policy, TurnRequest, capabilities_of
-from optima_agents.rollout.engine import derive_seed
+from optima_agents.policies.base import Action, Policy, TurnRequest, capabilities_of
+from optima_agents.rollout.engine import answering_agents, derive_seed
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class _Walker:
     expanded_id: int
     node_id: int
     error: str | None = None
+    given: str | None = None
+    """The first reply, given instead of sampled (an enumerated answer move); None: sampled."""
 
 
 class MCTSPlanner:
@@ -118,6 +122,7 @@ class MCTSPlanner:
         started = time.perf_counter()
         trees = [self._root(env, task) for task in tasks]
         rngs = [np.random.default_rng([config.seed, i]) for i in range(len(trees))]
+        answering = answering_agents(env) if config.enumerate_answers else frozenset()
         stats = {"iterations": 0, "policy_calls": 0, "turn_requests": 0, "rollouts": 0, "dropped_rollouts": 0,
                  "reward_calls": 0, "merges": 0, "generate_s": 0.0, "reward_s": 0.0}
         for iteration in range(config.iterations):
@@ -133,8 +138,9 @@ class MCTSPlanner:
                     tree.exhausted = True
                     continue
                 tree.mark_expanded(chosen.node_id, iteration)
-                walkers += [_Walker(tree, index, iteration, r, chosen.node_id, chosen.node_id)
-                            for r in range(config.rollouts_per_expansion)]
+                moves = answer_moves(env, tree.nodes[chosen.node_id], answering)
+                walkers += [_Walker(tree, index, iteration, r, chosen.node_id, chosen.node_id, given=move)
+                            for r, move in enumerate(moves or [None] * config.rollouts_per_expansion)]
             if not walkers:
                 break
             round_stats = self._run(env, walkers)
@@ -164,16 +170,23 @@ class MCTSPlanner:
         finished: list[_Walker] = []
         while pending:
             nodes = [w.tree.nodes[w.node_id] for w in pending]
+            sampled = [i for i, w in enumerate(pending) if w.given is None]
             requests = [
-                TurnRequest(agent=node.next_speaker, observation=node.observation,
-                            seed=derive_seed(config.seed, w.tree_index, w.iteration, w.rollout, node.depth))
-                for w, node in zip(pending, nodes)
+                TurnRequest(agent=nodes[i].next_speaker, observation=nodes[i].observation,
+                            seed=derive_seed(config.seed, pending[i].tree_index, pending[i].iteration,
+                                             pending[i].rollout, nodes[i].depth))
+                for i in sampled
             ]
-            t0 = time.perf_counter()
-            actions = self.policy.act(requests)
-            stats["generate_s"] += time.perf_counter() - t0
-            stats["policy_calls"] += 1
-            stats["turn_requests"] += len(requests)
+            actions: list[Any] = [Action(text=w.given) if w.given is not None else None for w in pending]
+            if requests:
+                t0 = time.perf_counter()
+                for i, action in zip(sampled, self.policy.act(requests)):
+                    actions[i] = action
+                stats["generate_s"] += time.perf_counter() - t0
+                stats["policy_calls"] += 1
+                stats["turn_requests"] += len(requests)
+            for walker in pending:
+                walker.given = None  # only the expansion's first reply is given
             still = []
             for walker, node, action in zip(pending, nodes, actions):
                 if action.failed:
@@ -235,6 +248,17 @@ class MCTSPlanner:
             score=outcome.get("score"), score_ok=bool(outcome.get("score_ok", True)), end_reason=leaf.end_reason or "",
             state=state,
         )
+
+
+def answer_moves(env: Any, node: Node, answering: frozenset[str]) -> list[str]:
+    """Every answer move of a node where an answering agent speaks, on a task whose answer set is
+    closed (`Task.answer_options`); [] elsewhere, or when `answering` is empty (enumeration off)."""
+    if node.next_speaker not in answering:
+        return []
+    options = getattr(getattr(env, "task", None), "answer_options", None)
+    if options is None:
+        return []
+    return list(options(node.snapshot.state.instance))
 
 
 def _require_searchable(env: Any) -> None:

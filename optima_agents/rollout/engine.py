@@ -56,7 +56,7 @@ from optima_agents.rollout.scheduling import (
 from optima_envs.core.task import instance_gold_for_info
 from optima_envs.errors import ConfigError, InvalidActionError
 
-__all__ = ["EnvFactory", "EpisodeSpec", "RecordHook", "RolloutEngine", "RolloutStats", "derive_seed", "episode_specs",
+__all__ = ["EnvFactory", "EpisodeSpec", "RecordHook", "RolloutEngine", "RolloutStats", "answering_agents", "derive_seed", "episode_specs",
            "rollout", "turn_logprobs"]
 
 logger = logging.getLogger("optima_agents.rollout")
@@ -212,7 +212,7 @@ class RolloutEngine:
         self.resolved_scheduling = resolve_scheduling(scheduling, self.policies)
         self.progress = progress
         self.last_stats = RolloutStats()
-        self._answering = _answering_agents(env)
+        self._answering = answering_agents(env)
 
     def run(self, episodes: Sequence[EpisodeSpec] | int, *, on_record: RecordHook | None = None) -> list[EpisodeRecord]:
         """Play every spec (an int n means `episode_specs(n)`); records come back in spec order.
@@ -394,7 +394,7 @@ def turn_logprobs(action: Action | None, stored_ids: Sequence[int] | None) -> tu
     return align_logprobs(action.token_ids, action.logprobs, stored_ids)
 
 
-def _answering_agents(env: Any) -> frozenset[str]:
+def answering_agents(env: Any) -> frozenset[str]:
     """The agents whose role gives answers (the ones `EpisodeSpec.constrain_answers` applies to);
     every agent for an env without a composed task."""
     task = getattr(env, "task", None)

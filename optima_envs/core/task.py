@@ -33,6 +33,7 @@ Metric = Callable[[str, TaskInstance], float]
 """Scores an extracted answer against the instance in [0, 1]; raises ScoringError if it cannot."""
 
 AnswerPattern = Callable[[TaskInstance], str]
+AnswerOptions = Callable[[TaskInstance], tuple[str, ...]]
 """A regular expression that a reply which is nothing but one readable answer move matches, for
 this instance (e.g. `<A>[A-D]</A>` in a game with four labels). Policies that support
 constrained decoding can sample answer moves from it, so exploration starts from moves the task
@@ -119,6 +120,9 @@ class Task:
     """A fixed number of agents (a game with one seat per role), or None for any number >= 2."""
     answer_pattern: AnswerPattern | None = None
     """The regex of a reply that is exactly one readable answer move (None: the task has none)."""
+    answer_options: AnswerOptions | None = None
+    """Every readable answer move, as replies, where the set is closed and small (a game's picks);
+    None: the answers are open. A search may expand an answering turn into all of them."""
     answer_place: AnswerPlace | None = None
     """Where an instance's answer lies (`optima_envs.core.places`); None: read off the gold text
     on information-asymmetric tasks, no split on the others."""

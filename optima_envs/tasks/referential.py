@@ -138,6 +138,11 @@ def pick_pattern(instance: TaskInstance) -> str:
     return f"<A>[{LETTERS[:len(instance.meta['listener_view'])]}]</A>"
 
 
+def pick_options(instance: TaskInstance) -> tuple[str, ...]:
+    """Every pick of this game as a reply, one per label: `<A>A</A>` ... `<A>D</A>` for four."""
+    return tuple(f"<A>{label}</A>" for label in LETTERS[:len(instance.meta["listener_view"])])
+
+
 def first_pick_ends(history: Sequence[Message], message: Message) -> str | None:
     """Only the listener's picks are read, and the first one is final."""
     return "picked" if message.answer is not None else None
@@ -236,6 +241,7 @@ def make_task(*, min_candidates: int = 4, max_candidates: int = 6, max_differenc
         max_turns=6,
         num_agents=2,
         answer_pattern=pick_pattern,
+        answer_options=pick_options,
         answer_place=always_partner,
         informative=names_only_target,
     )

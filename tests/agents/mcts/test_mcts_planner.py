@@ -155,3 +155,40 @@ class TestEnvScore:
         tree = _search(policy, MCTSConfig(iterations=1), reward=score_only_reward).trees[0]
         assert [n.value for n in tree.children(0)] == [1.0, 0.0]
         assert np.isclose(tree.root.value, 1 / 3)
+
+
+class TestEnumeratedAnswers:
+    """A listener that always picks A: sampled, the search only ever sees A; enumerated, the
+    listener's node holds every pick and pairs the target against a wrong one."""
+
+    def _search(self, enumerate_answers):
+        env = optima_envs.make("referential-game", min_candidates=4, max_candidates=4)
+        policy = TurnScript({0: ["It is the one I was told."], 1: ["<A>A</A>"]})
+        config = MCTSConfig(iterations=2, selection_temperature=1e-3, enumerate_answers=enumerate_answers, seed=0)
+        tree = MCTSPlanner(policy, score_only_reward, config).search(env, [TreeTask("g", seed=3)]).trees[0]
+        tree.check_invariants()
+        return tree, policy
+
+    def test_an_answering_turn_is_expanded_into_every_pick(self):
+        tree, policy = self._search(True)
+        (said,) = tree.children(0)
+        picks = sorted(n.text for n in tree.children(said.node_id))
+        assert picks == ["<A>A</A>", "<A>B</A>", "<A>C</A>", "<A>D</A>"]
+        gold = tree.nodes[said.node_id].snapshot.state.instance.gold
+        assert [n.value for n in tree.children(said.node_id) if n.text == f"<A>{gold}</A>"] == [1.0]
+        assert policy.calls == [3, 3]  # iteration 1 sampled no pick: all four were given
+        (pair,) = [p for p in extract_pairs([tree], PairConfig()).qualifying if p.speaker == "bob"]
+        assert tree.nodes[pair.chosen_id].text == f"<A>{gold}</A>" and tree.nodes[pair.rejected_id].value == 0.0
+
+    def test_off_by_default_the_picks_are_sampled(self):
+        tree, _ = self._search(False)
+        (said,) = tree.children(0)
+        assert [n.text for n in tree.children(said.node_id)] == ["<A>A</A>"]
+
+    def test_a_task_with_open_answers_is_sampled_as_usual(self):
+        config = MCTSConfig(iterations=2, enumerate_answers=True, seed=0)
+        policy = TurnScript({0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>", "<A>bad one</A>", "<A>bad two</A>"]})
+        plain = _search(policy, MCTSConfig(iterations=2, seed=0)).trees[0]
+        enumerated = _search(TurnScript({0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>", "<A>bad one</A>", "<A>bad two</A>"]}),
+                             config).trees[0]
+        assert [n.text for n in enumerated] == [n.text for n in plain]
