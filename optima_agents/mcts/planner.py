@@ -4,9 +4,12 @@ One search iteration, for every tree at once:
 
 1. select a node per tree (`selection.select`: softmax over values among the top-k candidates,
    skipping nodes like an already expanded one; terminal nodes are never candidates);
-2. expand it with `rollouts_per_expansion` full rollouts at the search temperature (with
+2. expand it with `rollouts_per_expansion` full rollouts at the search temperature. With
    `enumerate_answers`, a node where an answering agent speaks on a task with a closed answer
-   set is expanded into one rollout per answer move instead, its first reply given, not sampled).
+   set is expanded, as soon as a rollout creates it, into one rollout per answer move (that
+   reply given, not sampled) instead of the one rollout that reached it: every such node holds
+   every move, whether or not the policy would sample it, and the values above it average over
+   the moves.
    All pending turns of all rollouts of all trees go to the policy in one `act` call per step, so the
    backend batches them. A sampled utterance within `merge_similarity` of an existing sibling
    joins that sibling (the rollout continues from the sibling's snapshot, so every node's
@@ -138,12 +141,13 @@ class MCTSPlanner:
                     tree.exhausted = True
                     continue
                 tree.mark_expanded(chosen.node_id, iteration)
-                moves = answer_moves(env, tree.nodes[chosen.node_id], answering)
+                node = tree.nodes[chosen.node_id]
+                moves = answer_moves(env, node, answering) if not tree.children(node.node_id) else []
                 walkers += [_Walker(tree, index, iteration, r, chosen.node_id, chosen.node_id, given=move)
                             for r, move in enumerate(moves or [None] * config.rollouts_per_expansion)]
             if not walkers:
                 break
-            round_stats = self._run(env, walkers)
+            round_stats = self._run(env, walkers, answering)
             for key, value in round_stats.items():
                 stats[key] += value
             stats["iterations"] += 1
@@ -161,8 +165,10 @@ class MCTSPlanner:
         return Tree(task.tree_id, snapshot=env.snapshot(), observation=observations[speaker], next_speaker=speaker,
                     meta=meta)
 
-    def _run(self, env: Any, walkers: list[_Walker]) -> dict[str, Any]:
-        """Step every walker to a leaf (one policy call per step for all), then score and back up."""
+    def _run(self, env: Any, walkers: list[_Walker], answering: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """Step every walker to a leaf (one policy call per step for all), then score and back up;
+        a walker that creates a node where an agent of `answering` speaks is split into one
+        walker per answer move of it (see the module doc)."""
         config = self.config
         stats = {"policy_calls": 0, "turn_requests": 0, "rollouts": 0, "dropped_rollouts": 0, "reward_calls": 0,
                  "merges": 0, "generate_s": 0.0, "reward_s": 0.0}
@@ -195,6 +201,15 @@ class MCTSPlanner:
                 child, merged = self._step(env, walker, node, action)
                 stats["merges"] += merged
                 walker.node_id = child.node_id
+                moves = [] if merged or child.terminal else answer_moves(env, child, answering)
+                if moves:
+                    # Rollout ids past the expansion's own keep the copies' later sampling seeds apart.
+                    first = config.rollouts_per_expansion * (1 + walker.rollout * len(moves))
+                    copies = [dataclasses.replace(walker, rollout=first + k, given=move) for k, move in enumerate(moves)]
+                    walkers.extend(copies)
+                    walkers.remove(walker)
+                    still.extend(copies)
+                    continue
                 (finished if child.terminal else still).append(walker)
             pending = still
         dropped = sum(w.error is not None for w in walkers)

@@ -158,37 +158,41 @@ class TestEnvScore:
 
 
 class TestEnumeratedAnswers:
-    """A listener that always picks A: sampled, the search only ever sees A; enumerated, the
-    listener's node holds every pick and pairs the target against a wrong one."""
+    """A listener that always picks A: sampled, the search only ever sees A; enumerated, every
+    listener node holds every pick from the rollout that creates it, and pairs the target
+    against a wrong one, whatever the node's value."""
 
-    def _search(self, enumerate_answers):
+    def _search(self, enumerate_answers, iterations=1):
         env = optima_envs.make("referential-game", min_candidates=4, max_candidates=4)
         policy = TurnScript({0: ["It is the one I was told."], 1: ["<A>A</A>"]})
-        config = MCTSConfig(iterations=2, selection_temperature=1e-3, enumerate_answers=enumerate_answers, seed=0)
-        tree = MCTSPlanner(policy, score_only_reward, config).search(env, [TreeTask("g", seed=3)]).trees[0]
+        config = MCTSConfig(iterations=iterations, selection_temperature=1e-3, enumerate_answers=enumerate_answers,
+                            seed=0)
+        tree = MCTSPlanner(policy, score_only_reward, config).search(env, [TreeTask("g", seed=6)]).trees[0]
         tree.check_invariants()
         return tree, policy
 
-    def test_an_answering_turn_is_expanded_into_every_pick(self):
+    def test_an_answering_turn_is_expanded_into_every_pick_when_created(self):
         tree, policy = self._search(True)
         (said,) = tree.children(0)
         picks = sorted(n.text for n in tree.children(said.node_id))
         assert picks == ["<A>A</A>", "<A>B</A>", "<A>C</A>", "<A>D</A>"]
         gold = tree.nodes[said.node_id].snapshot.state.instance.gold
+        assert gold != "A"  # the listener's only sampled pick is wrong, and the pair still holds the target
         assert [n.value for n in tree.children(said.node_id) if n.text == f"<A>{gold}</A>"] == [1.0]
-        assert policy.calls == [3, 3]  # iteration 1 sampled no pick: all four were given
-        (pair,) = [p for p in extract_pairs([tree], PairConfig()).qualifying if p.speaker == "bob"]
+        # the first rollout made the speaker's node and became four given picks; the two that
+        # merged into that node sampled their pick (A, merged into the given A)
+        assert policy.calls == [3, 2]
+        assert said.visits == 6 and said.value == pytest.approx(1 / 6)
+        (pair,) = extract_pairs([tree], PairConfig(min_chosen_value=0.4)).qualifying
         assert tree.nodes[pair.chosen_id].text == f"<A>{gold}</A>" and tree.nodes[pair.rejected_id].value == 0.0
 
     def test_off_by_default_the_picks_are_sampled(self):
-        tree, _ = self._search(False)
+        tree, _ = self._search(False, iterations=2)
         (said,) = tree.children(0)
         assert [n.text for n in tree.children(said.node_id)] == ["<A>A</A>"]
 
     def test_a_task_with_open_answers_is_sampled_as_usual(self):
-        config = MCTSConfig(iterations=2, enumerate_answers=True, seed=0)
-        policy = TurnScript({0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>", "<A>bad one</A>", "<A>bad two</A>"]})
-        plain = _search(policy, MCTSConfig(iterations=2, seed=0)).trees[0]
-        enumerated = _search(TurnScript({0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>", "<A>bad one</A>", "<A>bad two</A>"]}),
-                             config).trees[0]
+        script = {0: [GOOD, BAD1, BAD2], 1: ["<A>good</A>", "<A>bad one</A>", "<A>bad two</A>"]}
+        plain = _search(TurnScript(script), MCTSConfig(iterations=2, seed=0)).trees[0]
+        enumerated = _search(TurnScript(script), MCTSConfig(iterations=2, enumerate_answers=True, seed=0)).trees[0]
         assert [n.text for n in enumerated] == [n.text for n in plain]
