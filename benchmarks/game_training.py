@@ -150,8 +150,9 @@ def report(payload: dict[str, Any]) -> str:
                       f"{start['score']:.3f} at {start['tokens']:.1f} tokens on the same held-out games."]
     lines += ["", "Every iSFT run used `configs/isft/referential_experiment.yaml` (plain) or "
               "`configs/isft/referential_informative.yaml` (`selection.informative_only: true`), every iDPO run "
-              "`configs/idpo/referential_listener.yaml`, with `--set run.seed=SEED`; seed 0's iSFT runs also made "
-              "the untrained baseline evaluation."]
+              "`configs/idpo/referential_listener.yaml` (sampled picks) or `configs/idpo/referential_enumerated.yaml` "
+              "(`mcts.enumerate_answers`, every pair kept), both from the shipped pair, with `--set run.seed=SEED`; "
+              "seed 0's iSFT runs also made the untrained baseline evaluation."]
     return "\n".join(lines) + "\n"
 
 
