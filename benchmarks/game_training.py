@@ -59,12 +59,13 @@ def read_run(folder: Path) -> dict[str, Any]:
         search = stage / "search" / "DONE.json"
         found = json.loads(search.read_text()) if search.is_file() else {}
         method = "idpo" if found else method
+        picks = pick_counts(stage)
         iterations.append({"iteration": row["iteration"], "score": row["heldout_score"],
                            "score_ci": row["heldout_score_ci"], "tokens": row["heldout_tokens"],
                            "kept_dialogues": row.get("kept_dialogues"), "kept_examples": row.get("kept_examples"),
                            "candidates": stats.get("candidates"), "uninformative": stats.get("uninformative"),
                            "trees": found.get("trees"), "kept_pairs": found.get("kept_pairs"),
-                           "seconds": row.get("seconds")})
+                           "seconds": row.get("seconds"), **picks})
     baseline = summary.get("baseline")
     out: dict[str, Any] = {"method": method, "iterations": iterations}
     if baseline:
@@ -72,6 +73,37 @@ def read_run(folder: Path) -> dict[str, Any]:
                            "episodes": baseline["episodes"], "env_kwargs": baseline["env_kwargs"],
                            "model": Path(str(baseline.get("model", ""))).name}  # its name: no machine path
     return out
+
+
+def pick_counts(stage: Path) -> dict[str, dict[str, dict[str, int]]]:
+    """Which letters a stage's DPO pairs chose and rejected (all qualifying pairs, and the kept
+    ones), and which its held-out evaluation picked: a listener that learns a letter prior
+    instead of reading shows here. Empty for what the stage has not written."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    pairs_file = stage / "search" / "pairs.parquet"
+    if pairs_file.is_file():
+        pairs = [p for p in pq.read_table(pairs_file).to_pylist() if p["speaker"] != "alice"]
+        for scope, rows in (("qualifying", pairs), ("kept", [p for p in pairs if str(p["kept"]) == "True"])):
+            for side in ("chosen", "rejected"):
+                out.setdefault("pair_picks", {})[f"{scope} {side}"] = _letters(p[side] for p in rows)
+    episodes = stage / "evaluation" / "episodes"
+    if episodes.is_dir():
+        table = pq.read_table(sorted(episodes.glob("part-*.parquet"))).to_pylist() if list(episodes.glob("part-*.parquet")) else []
+        out["heldout_picks"] = {"picked": _letters(f"<A>{r['final_answer']}</A>" for r in table),
+                                "right": _letters(f"<A>{r['final_answer']}</A>" for r in table if r["score"] == 1.0)}
+    return out
+
+
+def _letters(replies: Any) -> dict[str, int]:
+    """Counts of the picked letter of `<A>X</A>` replies ("other" for anything else)."""
+    counts: dict[str, int] = {}
+    for reply in replies:
+        text = str(reply).strip()
+        key = text[3] if len(text) == 8 and text.startswith("<A>") and text.endswith("</A>") else "other"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def previous_runs(path: Path) -> tuple[dict[str, dict[int, dict[str, Any]]], dict[str, Any], dict[str, Any], list[str]]:
@@ -137,6 +169,21 @@ def report(payload: dict[str, Any]) -> str:
                         else it.get("kept_dialogues"))
                 lines.append(f"| {variant} | {seed} | {it['iteration']} | {it['score']:.3f} [{lo:.3f}, {hi:.3f}] | "
                              f"{it['tokens']:.1f} | {kept} | {refused} |")
+    picked = [(variant, seed, it) for variant, seeds in payload["runs"].items()
+              for seed, run in sorted(seeds.items(), key=lambda kv: int(kv[0])) for it in run["iterations"]
+              if it.get("pair_picks")]
+    if picked:
+        lines += ["", "## Which letters the DPO pairs and the held-out picks hold", "",
+                  "The listener's pick letters: in the DPO pairs (every qualifying pair, and the kept ones) and in "
+                  "the 200 held-out games after training (picked, and picked right).", "",
+                  "| variant | seed | iteration | pairs: chosen (kept) | pairs: rejected (kept) | chosen (all qualifying) | "
+                  "held-out: picked | held-out: right |", "|---|---|---|---|---|---|---|---|"]
+        for variant, seed, it in picked:
+            pp, hp = it["pair_picks"], it.get("heldout_picks", {})
+            fmt = lambda d: " ".join(f"{k}:{v}" for k, v in (d or {}).items())  # noqa: E731
+            lines.append(f"| {variant} | {seed} | {it['iteration']} | {fmt(pp.get('kept chosen'))} | "
+                         f"{fmt(pp.get('kept rejected'))} | {fmt(pp.get('qualifying chosen'))} | "
+                         f"{fmt(hp.get('picked'))} | {fmt(hp.get('right'))} |")
     if payload.get("evals"):
         lines += ["", "## Evaluations with diagnostics", "",
                   "| model | score [95% CI] | tokens | no-talk (solo) | comm gain, partner's messages removed [95% CI] | "

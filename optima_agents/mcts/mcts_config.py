@@ -42,12 +42,11 @@ class MCTSConfig:
         enumerate_answers (`bool`, *optional*, defaults to `False`):
             Expand a node where an answering agent speaks, on a task with a closed set of answer
             moves (`Task.answer_options`: a game's picks), into one child per move as soon as a
-            rollout creates it, instead of sampling the move. Sampled, the search finds the right
-            move mostly where the policy already favours it (and selects for expansion the nodes
-            where it did), so its pairs teach that prior (e.g. "pick A or B"); enumerated, every
-            such node pairs the right move with a wrong one after the same dialogue. The values of
-            the nodes above then average over every move, so use it where the answering turn is
-            what is trained. Off in the paper, which searches open answers only.
+            rollout creates it, instead of sampling the move: every such node then yields a pair
+            (the best move against the worst), whether or not the policy would have sampled a
+            right one there. The values of the nodes above average over every move, so use it
+            where the answering turn is what is trained. Off in the paper, which searches open
+            answers only.
 
         > Sampling
 
