@@ -113,7 +113,7 @@ def previous_runs(path: Path) -> tuple[dict[str, dict[int, dict[str, Any]]], dic
                          "(benchmarks/results/<name>.json)")
     payload = json.loads(path.read_text())
     runs = {variant: {int(seed): run for seed, run in seeds.items()} for variant, seeds in payload["runs"].items()}
-    commands = [*payload.get("earlier_commands", []), payload["command"]]
+    commands = list(dict.fromkeys([*payload.get("earlier_commands", []), payload["command"]]))  # a rerun adds none
     return runs, dict(payload.get("evals") or {}), dict(payload.get("untrained") or {}), commands
 
 
@@ -237,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         label, _, path = item.partition("=")
         evals[label] = json.loads((ROOT / path).read_text())
     kwargs = untrained.get("env_kwargs", {"min_candidates": 4, "max_candidates": 6})
-    payload = {"command": invocation("game_training.py"), "earlier_commands": earlier, "untrained": untrained,
+    command = invocation("game_training.py")
+    payload = {"command": command, "earlier_commands": [c for c in earlier if c != command], "untrained": untrained,
                "machine_cpu": machine()["cpu_kind"],
                "chance": chance(kwargs.get("min_candidates", 4), kwargs.get("max_candidates", 6)),
                "aggregate": aggregate(runs), "runs": {v: {str(s): r for s, r in seeds.items()} for v, seeds in runs.items()},
