@@ -88,9 +88,9 @@ def pick_counts(stage: Path) -> dict[str, dict[str, dict[str, int]]]:
         for scope, rows in (("qualifying", pairs), ("kept", [p for p in pairs if str(p["kept"]) == "True"])):
             for side in ("chosen", "rejected"):
                 out.setdefault("pair_picks", {})[f"{scope} {side}"] = _letters(p[side] for p in rows)
-    episodes = stage / "evaluation" / "episodes"
-    if episodes.is_dir():
-        table = pq.read_table(sorted(episodes.glob("part-*.parquet"))).to_pylist() if list(episodes.glob("part-*.parquet")) else []
+    parts = sorted((stage / "evaluation" / "episodes").glob("part-*.parquet"))
+    if parts:
+        table = pq.read_table(parts).to_pylist()
         out["heldout_picks"] = {"picked": _letters(f"<A>{r['final_answer']}</A>" for r in table),
                                 "right": _letters(f"<A>{r['final_answer']}</A>" for r in table if r["score"] == 1.0)}
     return out

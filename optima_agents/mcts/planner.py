@@ -173,6 +173,7 @@ class MCTSPlanner:
         stats = {"policy_calls": 0, "turn_requests": 0, "rollouts": 0, "dropped_rollouts": 0, "reward_calls": 0,
                  "merges": 0, "generate_s": 0.0, "reward_s": 0.0}
         pending = list(walkers)
+        everyone = list(walkers)  # with the walkers split off on the way (a split one keeps no error)
         finished: list[_Walker] = []
         while pending:
             nodes = [w.tree.nodes[w.node_id] for w in pending]
@@ -206,13 +207,12 @@ class MCTSPlanner:
                     # Rollout ids past the expansion's own keep the copies' later sampling seeds apart.
                     first = config.rollouts_per_expansion * (1 + walker.rollout * len(moves))
                     copies = [dataclasses.replace(walker, rollout=first + k, given=move) for k, move in enumerate(moves)]
-                    walkers.extend(copies)
-                    walkers.remove(walker)
+                    everyone.extend(copies)
                     still.extend(copies)
                     continue
                 (finished if child.terminal else still).append(walker)
             pending = still
-        dropped = sum(w.error is not None for w in walkers)
+        dropped = sum(w.error is not None for w in everyone)
         dialogues = [self._finished(w) for w in finished]
         t0 = time.perf_counter()
         scored = list(self.reward(dialogues)) if dialogues else []
