@@ -13,6 +13,7 @@ from typing import Any, Literal, Mapping
 from optima_agents.mcts.errors import MCTSConfigError
 
 KeepScope = Literal["batch", "tree"]
+RejectedRule = Literal["worst", "hardest"]
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,13 @@ class PairConfig:
         keep_scope (`str`, *optional*, defaults to `"batch"`):
             `"batch"` ranks the pairs of all trees together (the paper's rule); `"tree"` keeps
             the top fraction of each tree (the reference code).
+        rejected (`str`, *optional*, defaults to `"worst"`):
+            Which sibling is the rejected reply. `"worst"`: the lowest-valued child (the paper's
+            rule). `"hardest"`: the highest-valued child whose gap to the best still exceeds
+            `min_gap`, a hard negative. On a closed-answer node (every pick enumerated) every wrong
+            pick scores the same, so their values differ only by the reference model's likelihood
+            (the readability term): "worst" rejects the pick the model least wanted to make, and
+            "hardest" the wrong pick it most wanted to make, which pushes against its prior.
     """
 
     min_chosen_value: float = field(default=0.4, metadata={"help": "Best child's value must exceed this."})
@@ -129,12 +137,18 @@ class PairConfig:
     keep_scope: KeepScope = field(
         default="batch", metadata={"help": "Rank pairs across the batch or per tree.", "choices": ["batch", "tree"]}
     )
+    rejected: RejectedRule = field(
+        default="worst", metadata={"help": "Rejected sibling: the lowest-valued ('worst', paper) or the highest-valued "
+                                           "beyond min_gap ('hardest').", "choices": ["worst", "hardest"]}
+    )
 
     def __post_init__(self) -> None:
         _require(self.min_gap >= 0, "min_gap", self.min_gap, "must be >= 0")
         _require(0 < self.keep_fraction <= 1, "keep_fraction", self.keep_fraction, "must be in (0, 1]")
         if self.keep_scope not in ("batch", "tree"):
             raise MCTSConfigError(f"PairConfig.keep_scope must be 'batch' or 'tree', got {self.keep_scope!r}")
+        if self.rejected not in ("worst", "hardest"):
+            raise MCTSConfigError(f"PairConfig.rejected must be 'worst' or 'hardest', got {self.rejected!r}")
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "PairConfig":

@@ -2,7 +2,9 @@
 
 For every node with two or more children, the best child (highest value) is the chosen reply
 and the worst (lowest value) the rejected one, when the best value exceeds
-`min_chosen_value` and the gap exceeds `min_gap` (paper section 3.3). Of the qualifying pairs
+`min_chosen_value` and the gap exceeds `min_gap` (paper section 3.3); with `rejected="hardest"`
+the rejected one is instead the best-valued sibling still more than `min_gap` below the chosen
+(a hard negative). Of the qualifying pairs
 the `keep_fraction` with the highest chosen values are kept, across the whole batch or per tree.
 The prompt of a pair is the dialogue up to its node, seen by the children's speaker; building
 it needs the env and a chat template, so it is done by `optima_train.examples.dpo`.
@@ -45,6 +47,15 @@ def best_and_worst(children: Sequence[Node]) -> tuple[Node, Node]:
     return ranked[0], ranked[-1]
 
 
+def hardest_rejected(best: Node, children: Sequence[Node], min_gap: float) -> Node | None:
+    """The highest-valued sibling whose value is more than `min_gap` below `best` (ties: the
+    newer node), or None when no sibling is that far below."""
+    below = [c for c in children if c.node_id != best.node_id and best.value - c.value > min_gap]
+    if not below:
+        return None
+    return min(below, key=lambda n: (-n.value, -n.node_id))
+
+
 def tree_pairs(tree: Tree, config: PairConfig) -> list[NodePair]:
     """The qualifying pairs of one tree, in node order. Skipped nodes take part like any other;
     children no scored rollout reached (left by a dropped rollout) do not."""
@@ -54,6 +65,8 @@ def tree_pairs(tree: Tree, config: PairConfig) -> list[NodePair]:
         if len(children) < 2:
             continue
         best, worst = best_and_worst(children)
+        if config.rejected == "hardest":
+            worst = hardest_rejected(best, children, config.min_gap) or worst
         if best.value > config.min_chosen_value and best.value - worst.value > config.min_gap:
             out.append(NodePair(
                 tree_id=tree.tree_id, node_id=node.node_id, chosen_id=best.node_id, rejected_id=worst.node_id,

@@ -59,3 +59,24 @@ class TestKeep:
         trees = [_tree("a", best=1.0), _tree("b", best=0.6)]
         result = extract_pairs(trees, PairConfig(keep_scope="tree"))
         assert [p.tree_id for p in result.kept] == ["a", "b"]
+
+
+class TestHardestRejected:
+    def test_rejects_the_closest_sibling_beyond_the_gap(self):
+        tree = _tree()  # root's children: a1 0.95, a2 0.5, a3 0.0
+        worst = tree_pairs(tree, PairConfig(min_gap=0.2))[0]
+        hardest = tree_pairs(tree, PairConfig(min_gap=0.2, rejected="hardest"))[0]
+        assert (worst.chosen_id, worst.rejected_id) == (1, 5)
+        assert (hardest.chosen_id, hardest.rejected_id) == (1, 4)
+        assert hardest.gap == pytest.approx(0.45)
+
+    def test_falls_back_to_worst_only_when_no_sibling_clears_the_gap(self):
+        tree = _tree()
+        # a2 (0.5) is 0.45 below a1 and does not clear 0.6; a3 (0.0) does.
+        assert tree_pairs(tree, PairConfig(min_gap=0.6, rejected="hardest"))[0].rejected_id == 5
+        # a1's own children (1.0, 0.9) are 0.1 apart: no pair under either rule.
+        assert [p.node_id for p in tree_pairs(tree, PairConfig(min_gap=0.2, rejected="hardest"))] == [0]
+
+    def test_rule_is_checked(self):
+        with pytest.raises(Exception, match="rejected must be 'worst' or 'hardest'"):
+            PairConfig(rejected="easiest")
