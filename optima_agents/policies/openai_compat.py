@@ -3,14 +3,20 @@
 Each request becomes one `POST {base_url}/chat/completions` with the agent's chat messages
 (`chat.chat_messages`, the same view every backend uses; the server applies the model's chat
 template). Requests of one `act` call run concurrently on a thread pool of `concurrency`
-threads and are spread over the base URLs by least in-flight requests (ties: round robin), so
-several replicas share the work and the server's own batching sees many requests at once.
+threads, so several replicas share the work and the server's own batching sees many requests at
+once. Their base URLs are chosen together when `act` is called (`routing.ReplicaRouter.reserve`:
+fewest in flight, ties to the URL routed the fewest so far), so the call's requests split evenly
+over replicas with nothing in flight, whichever answers first; requests beyond the first
+`concurrency` wait for a thread and are routed when they are sent, so a faster replica takes more
+of those.
 `submit(request)` puts one request on the same pool and returns its future at once
 (`PolicyCapabilities.submit`): the rollout engine then sends each episode's next turn as soon as
-its reply is in, and the servers batch continuously across episodes. At most `concurrency`
-requests are on the wire; further submissions wait in the pool's queue. A URL that refuses
-connections is marked down and probed again with backoff (`routing.ReplicaRouter`); `dead_urls`
-and `url_stats()` report it, and a warning is logged on the `optima_agents.policies` logger.
+its reply is in, and the servers batch continuously across episodes. A submitted request is
+routed when it is sent, to the URL with the fewest in flight then, so the split follows load. At
+most `concurrency` requests are on the wire; further submissions wait in the pool's queue. A URL
+that refuses connections is marked down and probed again with backoff (`routing.ReplicaRouter`);
+`dead_urls` and `url_stats()` report it, and a warning is logged on the `optima_agents.policies`
+logger.
 
 Failures are infrastructure, never answers: connection errors, timeouts, HTTP 408/429/5xx
 and malformed replies (invalid JSON, or valid JSON with a missing or wrong-typed field, see
@@ -161,12 +167,28 @@ class OpenAIPolicy:
 
     # ------------------------------------------------------------------ Policy
     def act(self, requests: Sequence[TurnRequest]) -> list[Action]:
-        """One action per request, in order; requests run concurrently over the base URLs."""
+        """One action per request, in order; requests run concurrently over the base URLs.
+
+        The base URLs of the first `concurrency` requests are chosen together, before any is sent,
+        so how they split does not depend on which replies come back first."""
         if not requests:
             return []
         call = self._next_call()
         seeds = [request_row_seed(self.sampling, r, call, i) for i, r in enumerate(requests)]
-        return list(self._pool.map(self._one, requests, seeds))
+        reserved = self._router.reserve(min(len(requests), self.concurrency))
+        reserved += [None] * (len(requests) - len(reserved))
+        futures: list[Future[Action]] = []
+        try:
+            for request, seed, index in zip(requests, seeds, reserved):
+                futures.append(self._pool.submit(self._one, request, seed, index))
+            return [future.result() for future in futures]
+        except BaseException:
+            for future, index in zip(futures, reserved):
+                if future.cancel():
+                    self._router.cancel(index)
+            for index in reserved[len(futures):]:
+                self._router.cancel(index)
+            raise
 
     def submit(self, request: TurnRequest) -> Future[Action]:
         """The action `act([request])` would give, as a future; the request runs on the pool.
@@ -240,12 +262,17 @@ class OpenAIPolicy:
         body.update(self.extra_body)
         return body
 
-    def _one(self, request: TurnRequest, seed: int) -> Action:
-        body = self._body(request, seed)
+    def _one(self, request: TurnRequest, seed: int, reserved: int | None = None) -> Action:
+        """`reserved`: the base URL index `act` chose for the first attempt (`ReplicaRouter.reserve`)."""
+        try:
+            body = self._body(request, seed)
+        except BaseException:
+            self._router.cancel(reserved)
+            raise
         errors: list[str] = []
         avoid: int | None = None
         for attempt in range(self.max_retries + 1):
-            index = self._router.acquire(avoid)
+            index = self._router.claim(reserved) if attempt == 0 else self._router.acquire(avoid)
             url = self.base_urls[index]
             try:
                 action = self._attempt(index, body, seed, attempts=attempt + 1)

@@ -6,6 +6,9 @@ The stand-in (`FAKE_SERVER`) is a real process started from the `VLLMServer` the
 command keeps every vLLM argument and only swaps `-m vllm.entrypoints...` for a script that
 answers /health, /v1/models and /v1/chat/completions on `--port`, and starts a child process of
 its own (as vLLM starts its engine) so that tests can see the whole process group go.
+
+`TestReplicaRouter` checks the routing rule itself (`optima_agents.policies.routing`), with no
+server: the split a pool of replicas gets from `OpenAIPolicy` is the router's doing.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ FAKE_SERVER = textwrap.dedent(r"""
     time.sleep(float(os.environ.get("FAKE_START_S", "0")))
     if mode.startswith("die_after="):
         threading.Timer(float(mode.split("=")[1]), lambda: os._exit(7)).start()
-    reply_s = float(os.environ.get("FAKE_REPLY_S", "0"))
+    reply_s = float(mode.split("=")[1] if mode.startswith("reply_s=") else os.environ.get("FAKE_REPLY_S", "0"))
     body = json.dumps({"id": "x", "object": "chat.completion", "usage": {"prompt_tokens": 7, "completion_tokens": 3},
                        "choices": [{"index": 0, "finish_reason": "stop", "token_ids": [5, 6, 7],
                                     "message": {"role": "assistant", "content": "I know. <A>Kelo</A>"}}]}).encode()
@@ -80,7 +83,10 @@ FAKE_SERVER = textwrap.dedent(r"""
 
 class FakeFactory:
     """A `ServerFactory`: builds the `VLLMServer` the pool asks for, then runs `FAKE_SERVER` in its
-    place; replica i gets `modes[i]` (default "ok") and the extra environment `env`."""
+    place; replica i gets `modes[i]` (default "ok") and the extra environment `env`.
+
+    Modes: "ok"; "exit" (fails at startup); "never" (never healthy); "die_after=S" (exits S
+    seconds after starting); "reply_s=S" (each answer takes S seconds, overriding FAKE_REPLY_S)."""
 
     def __init__(self, *modes: str, **env: str):
         self.modes, self.env = modes, env
@@ -396,6 +402,70 @@ class TestSignals:
         assert all(gone(pid, wait_s=60) for pid in pids + engines)
 
 
+class TestReplicaRouter:
+    """The routing rule on its own: fewest in flight, ties to the URL routed the fewest so far."""
+
+    @staticmethod
+    def router(urls: int = 2, probe: Any = lambda index: True, probe_backoff_s: float = 600.0) -> Any:
+        from optima_agents.policies.routing import ReplicaRouter
+
+        return ReplicaRouter([f"http://replica-{i}/v1" for i in range(urls)], probe, probe_backoff_s=probe_backoff_s)
+
+    @staticmethod
+    def attempts(router: Any) -> list[int]:
+        return [s["attempts"] for s in router.stats()]
+
+    def test_a_batch_splits_by_counts_whatever_happens_while_it_is_sent(self):
+        router = self.router()
+        batch = router.reserve(24)
+        assert batch == [0, 1] * 12
+        for index in batch[:5]:  # replica 0 answers its first requests while the rest are sent
+            router.release(router.claim(index))
+        assert [router.claim(index) for index in batch[5:]] == batch[5:]
+        assert self.attempts(router) == [12, 12]
+
+    def test_odd_batches_even_out_over_calls(self):
+        router = self.router(urls=3)
+        for expected in ([0, 1, 2, 0], [1, 2, 0, 1], [2, 0, 1, 2]):
+            batch = router.reserve(4)
+            assert batch == expected
+            for index in batch:
+                router.release(router.claim(index))
+        assert self.attempts(router) == [4, 4, 4]
+
+    def test_a_batch_first_fills_the_replica_with_fewer_in_flight(self):
+        router = self.router()
+        held = [router.acquire() for _ in range(4)]  # sent one by one: 0, 1, 0, 1
+        router.release(held[1])
+        router.release(held[3])
+        assert held == [0, 1, 0, 1] and router.reserve(4) == [1, 1, 0, 1]
+
+    def test_sequential_requests_alternate(self):
+        router = self.router(urls=3)
+        order = []
+        for _ in range(7):
+            order.append(router.acquire())
+            router.release(order[-1])
+        assert order == [0, 1, 2, 0, 1, 2, 0]
+
+    def test_a_reservation_on_a_url_that_went_down_is_routed_again(self):
+        router = self.router()
+        batch = router.reserve(4)
+        router.record_failure(1, "ConnectError", connection=True)
+        assert [router.claim(index) for index in batch] == [0, 0, 0, 0]
+        router.cancel(router.reserve(1)[0])
+        assert self.attempts(router) == [4, 0] and [s["in_flight"] for s in router.stats()] == [4, 0]
+
+    def test_a_url_due_for_a_probe_is_left_to_the_first_request(self):
+        probed = []
+        router = self.router(probe=lambda index: probed.append(index) or True, probe_backoff_s=0.05)
+        router.record_failure(1, "ConnectError", connection=True)
+        time.sleep(0.06)
+        assert router.reserve(3) == [None, 0, 0]
+        assert router.claim(None) == 1 and probed == [1]
+        assert router.dead_urls == []
+
+
 class TestPolicyOverReplicas:
     """`OpenAIPolicy` over a pool of stand-ins: the request split, and a replica killed mid-rollout."""
 
@@ -405,20 +475,47 @@ class TestPolicyOverReplicas:
         return OpenAIPolicy("tiny", base_urls=pool.base_urls, tokenizer=None, timeout_s=10.0, backoff_s=0.01,
                             probe_backoff_s=0.2)
 
-    def test_requests_split_evenly(self, model_dir, tmp_path):
-        """Each answer takes 0.3 s, as a real model's takes seconds: many requests are in flight at
-        once, and least-in-flight routing alternates the replicas. (With instant answers it would
-        rightly favour whichever replica the OS happens to run first.)"""
+    def test_lock_step_splits_evenly_however_fast_each_replica_answers(self, model_dir, tmp_path):
+        """Replica 0 answers at once and replica 1 takes 0.3 s, so replica 0's first answers come
+        back while a step's requests are still being sent; each `act` call routes its requests
+        together before sending any, so the split is exact all the same."""
         from optima_agents.rollout import RolloutEngine, episode_specs
 
-        with ReplicaPool(config(model_dir, tmp_path), server_factory=FakeFactory(FAKE_REPLY_S="0.3")) as pool:
+        factory = FakeFactory("reply_s=0", "reply_s=0.3")
+        with ReplicaPool(config(model_dir, tmp_path), server_factory=factory) as pool:
             with self.policy(pool) as policy:
-                records = RolloutEngine("synth-hop-ia", policy, env_kwargs={"max_turns": 2}, progress=False).run(
-                    episode_specs(40))
+                records = RolloutEngine("synth-hop-ia", policy, env_kwargs={"max_turns": 2}, progress=False,
+                                        scheduling="lock-step").run(episode_specs(40))
                 stats = policy.url_stats()
         assert len(records) == 40 and not any(r.infra_failure for r in records)
-        attempts = [s["attempts"] for s in stats]
-        assert sum(attempts) == 80 and all(abs(a - 40) <= 4 for a in attempts), attempts
+        assert all(len(r.turns) == 2 for r in records)
+        assert [s["attempts"] for s in stats] == [40, 40], stats
+        assert [s["successes"] for s in stats] == [40, 40] and all(s["in_flight"] == 0 for s in stats)
+
+    def test_requests_sent_one_at_a_time_alternate(self, model_dir, tmp_path):
+        from tests.agents.test_openai_policy import ask
+
+        factory = FakeFactory("reply_s=0", "reply_s=0.05")
+        with ReplicaPool(config(model_dir, tmp_path), server_factory=factory) as pool:
+            with self.policy(pool) as policy:
+                used = [policy.act([ask(str(i), seed=i)])[0].meta["base_url"] for i in range(9)]
+                used += [policy.submit(ask(str(i), seed=i)).result().meta["base_url"] for i in range(9, 12)]
+        assert used == [pool.base_urls[i % 2] for i in range(12)]
+
+    def test_requests_submitted_one_by_one_follow_load(self, model_dir, tmp_path):
+        """Continuous scheduling routes each turn when it is sent: the replica that answers 30
+        times faster frees its slots first and rightly takes most of the second turns."""
+        from optima_agents.rollout import RolloutEngine, episode_specs
+
+        factory = FakeFactory("reply_s=0.01", "reply_s=0.3")
+        with ReplicaPool(config(model_dir, tmp_path), server_factory=factory) as pool:
+            with self.policy(pool) as policy:
+                records = RolloutEngine("synth-hop-ia", policy, env_kwargs={"max_turns": 2}, progress=False,
+                                        scheduling="continuous").run(episode_specs(40))
+                stats = policy.url_stats()
+        assert len(records) == 40 and not any(r.infra_failure for r in records)
+        fast, slow = (s["attempts"] for s in stats)
+        assert fast + slow == 80 and fast > slow, stats
 
     def test_a_replica_killed_mid_rollout_loses_no_episode(self, model_dir, tmp_path, caplog):
         from optima_agents.rollout import RolloutEngine, episode_specs

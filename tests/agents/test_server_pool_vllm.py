@@ -67,9 +67,10 @@ def make_policy(pool: ReplicaPool, tokenizer: Any) -> Any:
 
 
 def test_requests_split_evenly_over_two_replicas(pool, smollm_tokenizer):
-    """Lock step sends each step's turns together, so least-in-flight routing splits them between two
-    equal replicas. (Continuous scheduling sends each turn when its episode is ready, so a replica
-    that answers faster, e.g. one that warmed up first, rightly gets more: that split follows load.)"""
+    """Lock step sends each step's turns in one `act` call, which routes them all before sending any,
+    so they split evenly between the replicas whichever answers first. (Continuous scheduling routes
+    each turn when its episode is ready, so a replica that answers faster, e.g. one that warmed up
+    first, rightly gets more: that split follows load.)"""
     from optima_agents.rollout import RolloutEngine, episode_specs
 
     with make_policy(pool, smollm_tokenizer) as policy:
