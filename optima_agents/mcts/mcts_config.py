@@ -13,7 +13,7 @@ from typing import Any, Literal, Mapping
 from optima_agents.mcts.errors import MCTSConfigError
 
 KeepScope = Literal["batch", "tree"]
-RejectedRule = Literal["worst", "hardest"]
+RejectedRule = Literal["worst", "hardest", "all"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,8 @@ class PairConfig:
             pick scores the same, so their values differ only by the reference model's likelihood
             (the readability term): "worst" rejects the pick the model least wanted to make, and
             "hardest" the wrong pick it most wanted to make, which pushes against its prior.
+            `"all"`: one pair per sibling more than `min_gap` below the best (hardest first), so
+            every wrong pick is rejected once and no move is favoured on the rejected side.
     """
 
     min_chosen_value: float = field(default=0.4, metadata={"help": "Best child's value must exceed this."})
@@ -139,7 +141,8 @@ class PairConfig:
     )
     rejected: RejectedRule = field(
         default="worst", metadata={"help": "Rejected sibling: the lowest-valued ('worst', paper) or the highest-valued "
-                                           "beyond min_gap ('hardest').", "choices": ["worst", "hardest"]}
+                                           "beyond min_gap ('hardest'), or one pair per sibling beyond min_gap ('all').",
+                                  "choices": ["worst", "hardest", "all"]}
     )
 
     def __post_init__(self) -> None:
@@ -147,8 +150,8 @@ class PairConfig:
         _require(0 < self.keep_fraction <= 1, "keep_fraction", self.keep_fraction, "must be in (0, 1]")
         if self.keep_scope not in ("batch", "tree"):
             raise MCTSConfigError(f"PairConfig.keep_scope must be 'batch' or 'tree', got {self.keep_scope!r}")
-        if self.rejected not in ("worst", "hardest"):
-            raise MCTSConfigError(f"PairConfig.rejected must be 'worst' or 'hardest', got {self.rejected!r}")
+        if self.rejected not in ("worst", "hardest", "all"):
+            raise MCTSConfigError(f"PairConfig.rejected must be 'worst', 'hardest' or 'all', got {self.rejected!r}")
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "PairConfig":

@@ -4,7 +4,8 @@ For every node with two or more children, the best child (highest value) is the 
 and the worst (lowest value) the rejected one, when the best value exceeds
 `min_chosen_value` and the gap exceeds `min_gap` (paper section 3.3); with `rejected="hardest"`
 the rejected one is instead the best-valued sibling still more than `min_gap` below the chosen
-(a hard negative). Of the qualifying pairs
+(a hard negative), and with `rejected="all"` every sibling that far below gives its own pair.
+Of the qualifying pairs
 the `keep_fraction` with the highest chosen values are kept, across the whole batch or per tree.
 The prompt of a pair is the dialogue up to its node, seen by the children's speaker; building
 it needs the env and a chat template, so it is done by `optima_train.examples.dpo`.
@@ -47,13 +48,11 @@ def best_and_worst(children: Sequence[Node]) -> tuple[Node, Node]:
     return ranked[0], ranked[-1]
 
 
-def hardest_rejected(best: Node, children: Sequence[Node], min_gap: float) -> Node | None:
-    """The highest-valued sibling whose value is more than `min_gap` below `best` (ties: the
-    newer node), or None when no sibling is that far below."""
+def rejected_below(best: Node, children: Sequence[Node], min_gap: float) -> list[Node]:
+    """The siblings whose value is more than `min_gap` below `best`, highest value first (ties:
+    the newer node first)."""
     below = [c for c in children if c.node_id != best.node_id and best.value - c.value > min_gap]
-    if not below:
-        return None
-    return min(below, key=lambda n: (-n.value, -n.node_id))
+    return sorted(below, key=lambda n: (-n.value, -n.node_id))
 
 
 def tree_pairs(tree: Tree, config: PairConfig) -> list[NodePair]:
@@ -65,14 +64,18 @@ def tree_pairs(tree: Tree, config: PairConfig) -> list[NodePair]:
         if len(children) < 2:
             continue
         best, worst = best_and_worst(children)
-        if config.rejected == "hardest":
-            worst = hardest_rejected(best, children, config.min_gap) or worst
-        if best.value > config.min_chosen_value and best.value - worst.value > config.min_gap:
-            out.append(NodePair(
-                tree_id=tree.tree_id, node_id=node.node_id, chosen_id=best.node_id, rejected_id=worst.node_id,
-                speaker=best.speaker or "", chosen_value=best.value, rejected_value=worst.value,
-                num_children=len(children),
-            ))
+        if best.value <= config.min_chosen_value:
+            continue
+        if config.rejected == "worst":
+            rejected = [worst] if best.value - worst.value > config.min_gap else []
+        else:
+            rejected = rejected_below(best, children, config.min_gap)
+            rejected = rejected[:1] if config.rejected == "hardest" else rejected
+        out.extend(NodePair(
+            tree_id=tree.tree_id, node_id=node.node_id, chosen_id=best.node_id, rejected_id=r.node_id,
+            speaker=best.speaker or "", chosen_value=best.value, rejected_value=r.value,
+            num_children=len(children),
+        ) for r in rejected)
     return out
 
 

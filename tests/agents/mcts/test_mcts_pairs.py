@@ -61,7 +61,7 @@ class TestKeep:
         assert [p.tree_id for p in result.kept] == ["a", "b"]
 
 
-class TestHardestRejected:
+class TestRejectedRule:
     def test_rejects_the_closest_sibling_beyond_the_gap(self):
         tree = _tree()  # root's children: a1 0.95, a2 0.5, a3 0.0
         worst = tree_pairs(tree, PairConfig(min_gap=0.2))[0]
@@ -77,6 +77,15 @@ class TestHardestRejected:
         # a1's own children (1.0, 0.9) are 0.1 apart: no pair under either rule.
         assert [p.node_id for p in tree_pairs(tree, PairConfig(min_gap=0.2, rejected="hardest"))] == [0]
 
+    def test_all_rejects_every_sibling_beyond_the_gap_once(self):
+        pairs = tree_pairs(_tree(), PairConfig(min_gap=0.2, rejected="all"))
+        assert [(p.node_id, p.chosen_id, p.rejected_id) for p in pairs] == [(0, 1, 4), (0, 1, 5)]
+        assert len(set(pairs)) == 2
+        kept = extract_pairs([_tree()], PairConfig(min_gap=0.2, rejected="all", keep_fraction=1.0)).kept
+        assert [p.rejected_id for p in kept] == [4, 5]
+        assert tree_pairs(_tree(), PairConfig(min_gap=0.6, rejected="all"))[0].rejected_id == 5
+        assert len(tree_pairs(_tree(), PairConfig(min_gap=0.6, rejected="all"))) == 1
+
     def test_rule_is_checked(self):
-        with pytest.raises(Exception, match="rejected must be 'worst' or 'hardest'"):
+        with pytest.raises(Exception, match="rejected must be 'worst', 'hardest' or 'all'"):
             PairConfig(rejected="easiest")
