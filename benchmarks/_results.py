@@ -36,18 +36,20 @@ def cpu_kind() -> str:
     return "AVX2" if "avx2" in flags else "no AVX2"
 
 
-def write_result(name: str, payload: dict[str, Any]) -> Path:
-    """Write `<name>.json` under RESULTS: the payload, when and on what it ran, paths portable."""
+def write_result(name: str, payload: dict[str, Any], *, folder: Path | None = None) -> Path:
+    """Write `<name>.json` under `folder` (None: RESULTS; e.g. a scratch folder for a smoke run):
+    the payload, when and on what it ran, paths portable."""
     from optima_eval.portable_paths import portable_json
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    folder = RESULTS if folder is None else folder
+    folder.mkdir(parents=True, exist_ok=True)
     record = {
         "benchmark": name,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
         **payload,
     }
-    path = RESULTS / f"{name}.json"
+    path = folder / f"{name}.json"
     path.write_text(json.dumps(portable_json(record), indent=2) + "\n")
     return path
 

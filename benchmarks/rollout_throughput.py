@@ -25,6 +25,24 @@ the reference implementation's way of generating):
                         tokens/s over raw tokens/s for each engine-vllm path
   hf-sequential         transformers, one episode at a time (engine with max_live=1)
   hf-batched            transformers through the lock-step engine (chunked by --batch-size)
+  engine-llamacpp-W     the engine with in-process llama.cpp (`LlamaCppPolicy`, weight type W), in
+                        lock step (the policy has no `submit`); `--batch-size` parallel sequences,
+                        `--llamacpp-ctx` KV cells; `engine_overhead` as for engine-vllm-lockstep
+  reference-style-llamacpp-W  the reference-style pool of `--ref-threads` threads on the same
+                        llama.cpp policy; since that policy is in-process, a micro-batcher stands in
+                        for the server: it gathers the requests the threads are waiting on into one
+                        batched `act` call, as llama.cpp's server slots batch concurrent requests
+                        (`run_reference_style_llamacpp` says why this and not one call per request)
+
+`engine-llamacpp` and `reference-style-llamacpp` in `--backends` expand to one path per weight
+type of `--llamacpp-weights` (q4_1, the registry's shipped GGUF, by default; q8_0, f16, f32 are
+exported from the model folder on first use); each row records the backend and the weight type
+(`backend`, `weights`, `gguf`) that ran. `--dtype` does not apply to them. `--llamacpp-ctx`
+(32768) is the KV cells the parallel sequences share: room for 64 sequences of the longest
+prompt of this workload (a fourth turn, about 400 tokens) plus its reply, so admission by KV
+budget does not cap the batch; more costs time, since each `act` clears the whole cache.
+`--ref-window-ms` (50) is how long the micro-batcher waits for one more request before sending
+a batch that is not full.
 
 `--dtype auto` (the default) resolves as the policies do: bf16 where the CPU or GPU runs it
 natively (AMX, AVX-512 bf16, CUDA), float32 where bf16 would be emulated and far slower
@@ -42,11 +60,14 @@ episodes each path shares with engine-vllm (bf16 rounding can differ with batch 
 Adding a path: write `def run_x(w: Workload) -> PathResult` and register it in `PATHS`. Results
 merge into benchmarks/results/rollout_throughput.json, so paths can be run separately as long as
 the workload is the same (other workloads replace it); `--quick` writes
-rollout_throughput_quick.json instead and never merges.
+rollout_throughput_quick.json instead and never merges; `--results-dir` writes (and merges)
+elsewhere.
 
     python benchmarks/rollout_throughput.py                   # the five engine/reference paths
     python benchmarks/rollout_throughput.py --quick           # 32 episodes, 1 repeat: a smoke run
     python benchmarks/rollout_throughput.py --backends hf-batched --episodes 16
+    python benchmarks/rollout_throughput.py --backends engine-llamacpp,reference-style-llamacpp
+    python benchmarks/rollout_throughput.py --backends engine-llamacpp --llamacpp-weights q4_1,q8_0,f16
 """
 
 from __future__ import annotations
@@ -60,6 +81,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -73,7 +95,8 @@ NAME = "rollout_throughput"
 
 DEFAULT_PATHS = "reference-style,engine-openai,engine-vllm,engine-vllm-lockstep,vllm-raw"
 QUICK = {"episodes": 32, "repeats": 1}
-_SETTINGS = ("batch_size", "threads", "repeats", "ref_threads", "inflight", "kv_cache_gib", "enforce_eager")
+_SETTINGS = ("batch_size", "threads", "repeats", "ref_threads", "inflight", "kv_cache_gib", "enforce_eager",
+             "llamacpp_ctx", "ref_window_ms")
 
 
 @dataclass(frozen=True)
@@ -91,6 +114,8 @@ class Workload:
     inflight: int = 256
     kv_cache_gib: float = 4.0
     enforce_eager: bool = False
+    llamacpp_ctx: int = 32768
+    ref_window_ms: float = 50.0
 
     def specs(self) -> list[Any]:
         from optima_agents.rollout import EpisodeSpec
@@ -464,7 +489,18 @@ def run_engine_openai_lockstep(w: Workload) -> PathResult:
 
 def run_reference_style(w: Workload) -> PathResult:
     """The reference implementation's way: `w.ref_threads` threads, one dialogue per thread at a
-    time, each turn one request to the server as soon as the previous reply is in.
+    time, each turn one request to the server as soon as the previous reply is in."""
+    server = vllm_server(w)
+    policy = openai_policy(w, server, w.ref_threads)
+    return run_thread_pool(w, lambda request: policy.act([request])[0], before=reset_server_cache(server),
+                           processes=server_tree(server))
+
+
+def run_thread_pool(w: Workload, act_one: Callable[[Any], Any], *, before: Callable[[], None] = lambda: None,
+                    after: Callable[[PathResult], None] = lambda result: None,
+                    processes: Callable[[], list[Any]] = lambda: []) -> PathResult:
+    """`w.ref_threads` threads, one dialogue per thread at a time, each turn `act_one(request)`
+    as soon as the previous reply is in (warmed up first; `before` and `after` each run, untimed).
 
     Each thread has its own env; requests carry the engine's per-request seeds
     (`derive_seed(episode seed, turn)`), so the dialogues are the engine's."""
@@ -472,8 +508,6 @@ def run_reference_style(w: Workload) -> PathResult:
     from optima_agents.policies import TurnRequest
     from optima_agents.rollout import derive_seed
 
-    server = vllm_server(w)
-    policy = openai_policy(w, server, w.ref_threads)
     local = threading.local()
 
     def play(spec: Any, start: float) -> tuple[list[str], int, int, float | None, float, bool]:
@@ -485,8 +519,7 @@ def run_reference_style(w: Workload) -> PathResult:
         while env.agents:
             speaker = env.current_speaker
             observation = observations[speaker]
-            request = TurnRequest(speaker, observation, seed=derive_seed(spec.seed, observation["turn"]))
-            action = policy.act([request])[0]
+            action = act_one(TurnRequest(speaker, observation, seed=derive_seed(spec.seed, observation["turn"])))
             if action.failed:
                 return [m.text for m in env.state.messages], tokens, turns, None, time.perf_counter() - start, True
             observations, *_ = env.step({speaker: action.to_env_action()})
@@ -504,17 +537,140 @@ def run_reference_style(w: Workload) -> PathResult:
             played = list(pool.map(lambda spec: play(spec, start), w.specs()))
             wall = time.perf_counter() - start
             scores = [p[3] for p in played if p[3] is not None]
-            return PathResult(wall_s=wall, generated_tokens=sum(p[1] for p in played), turns=sum(p[2] for p in played),
-                              episodes=len(played), backend_calls=sum(p[2] for p in played),
-                              mean_score=sum(scores) / len(scores) if scores else 0.0,
-                              first_episode_s=min(p[4] for p in played) if played else None,
-                              extra={"threads": w.ref_threads, "infra_failures": sum(p[5] for p in played)},
-                              transcripts=[p[0] for p in played])
+            result = PathResult(wall_s=wall, generated_tokens=sum(p[1] for p in played),
+                                turns=sum(p[2] for p in played), episodes=len(played),
+                                backend_calls=sum(p[2] for p in played),
+                                mean_score=sum(scores) / len(scores) if scores else 0.0,
+                                first_episode_s=min(p[4] for p in played) if played else None,
+                                extra={"threads": w.ref_threads, "infra_failures": sum(p[5] for p in played)},
+                                transcripts=[p[0] for p in played])
+            after(result)
+            return result
 
-        return repeated(w, once, before=reset_server_cache(server), processes=server_tree(server))
+        return repeated(w, once, before=before, processes=processes)
     finally:
-        # an interrupted run must not wait for every thread's dialogue: stopping the server ends them
+        # an interrupted run must not wait for every thread's dialogue: stopping the server (or
+        # the batcher) ends them
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+# ---------------------------------------------------------------------- llama.cpp paths
+#: Weight types the llama.cpp paths run (`--llamacpp-weights`): each is its own result row.
+LLAMACPP_WEIGHTS = ("q4_1", "q8_0", "f16", "f32")
+#: Path families that `--llamacpp-weights` expands into one path per weight type.
+LLAMACPP_FAMILIES = ("engine-llamacpp", "reference-style-llamacpp")
+
+
+def expand_paths(names: list[str], weights: list[str]) -> list[str]:
+    """`names` with each llama.cpp family replaced by one path per weight type, weight type by
+    weight type (`engine-llamacpp-q4_1, reference-style-llamacpp-q4_1, engine-llamacpp-f16, ...`),
+    so one llama.cpp model is loaded at a time; repeated names are kept once."""
+    families = list(dict.fromkeys(n for n in names if n in LLAMACPP_FAMILIES))
+    out: list[str] = []
+    for name in names:
+        if name not in LLAMACPP_FAMILIES:
+            out.append(name)
+        elif name == families[0]:
+            out += [f"{family}-{kind}" for kind in weights for family in families]
+    return list(dict.fromkeys(out))
+
+
+def llamacpp_policy(w: Workload, weights: str) -> Any:
+    """The LlamaCppPolicy with `weights`, `w.batch_size` parallel sequences and `w.llamacpp_ctx` KV
+    cells; one llama.cpp model is kept at a time (loading another closes the previous one)."""
+    from optima_agents.policies.llamacpp import LlamaCppPolicy
+
+    key = ("llamacpp", w.model, weights, w.batch_size, w.threads, w.llamacpp_ctx)
+    if key not in _POLICY_CACHE:
+        for other in [k for k in _POLICY_CACHE if k[0] == "llamacpp"]:
+            _POLICY_CACHE.pop(other).close()
+        _POLICY_CACHE[key] = LlamaCppPolicy(w.model, sampling=w.sampling(), weights=weights,
+                                            batch_size=w.batch_size, n_ctx=w.llamacpp_ctx, num_threads=w.threads)
+    return _POLICY_CACHE[key]
+
+
+def llamacpp_settings(policy: Any) -> dict[str, Any]:
+    """What a llama.cpp row records of the backend that ran: weight type and file, sizes, version."""
+    identity = policy.identity()
+    return {"backend": identity["backend"], "weights": identity["weights"]["type"],
+            "weights_source": identity["weights"]["source"], "gguf": Path(identity["weights"]["file"]).name,
+            "parallel_sequences": identity["parallel_sequences"], "n_ctx": identity["n_ctx"],
+            "llama_threads": identity["threads"], "llama_cpp_version": identity["llama_cpp_version"]}
+
+
+def run_engine_llamacpp(w: Workload, weights: str) -> PathResult:
+    """The engine with in-process llama.cpp (`LlamaCppPolicy`), in lock step (the policy has no
+    `submit`): one `act` per turn of every live episode, decoded as parallel sequences with
+    continuous batching inside the call. `engine_overhead` is the share of the wall time spent
+    outside `act` (env steps, engine bookkeeping)."""
+    policy = llamacpp_policy(w, weights)
+    calls: list[float] = []
+    act = policy.act
+
+    def timed(requests: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return act(requests)
+        finally:
+            calls.append(time.perf_counter() - start)
+
+    def after(result: PathResult) -> None:
+        inside = sum(calls)
+        result.extra.update(act_s=round(inside, 2),
+                            engine_overhead=round(1 - inside / result.wall_s, 4) if result.wall_s else None)
+
+    policy.act = timed
+    try:
+        result = run_engine(w, policy, scheduling="lock-step", before=calls.clear, after=after)
+    finally:
+        del policy.act
+    result.extra.update(llamacpp_settings(policy))
+    return result
+
+
+def run_reference_style_llamacpp(w: Workload, weights: str) -> PathResult:
+    """The reference-style thread pool on the same in-process llama.cpp policy as engine-llamacpp.
+
+    `w.ref_threads` threads each play one dialogue at a time and send each turn as one request, as
+    reference-style does against its server. What answers them is what a server does with
+    concurrent requests: a `MicroBatcher` gathers the waiting requests into one `act` call (up to
+    `w.ref_threads`, or whatever has come in once none arrived for `w.ref_window_ms`), and `act`
+    decodes them as parallel sequences, which is how llama.cpp's server slots serve concurrent
+    requests. Calling `act([request])` from each thread behind the policy's lock would instead
+    decode one sequence at a time and measure the absence of batching, not the thread pool.
+
+    Where this differs from a llama.cpp server: a request that arrives while a batch is decoding
+    waits for the batch to end instead of joining it at the next decode step. In this workload the
+    threads move in waves (every thread of a batch gets its reply when the batch ends and sends
+    its next turn a moment later), so almost no request arrives mid-batch; and the engine it is
+    compared with waits the same way, for the slowest reply of each lock-step turn.
+    `backend_idle` (the share of the wall time with no `act` running) and the batch sizes show how
+    well the pool kept the backend fed; `same_transcripts_as_engine` compares its dialogues with
+    engine-llamacpp's on the same weights, when that ran in this process.
+    """
+    from benchmarks._microbatch import MicroBatcher
+
+    policy = llamacpp_policy(w, weights)
+    batcher = MicroBatcher(policy.act, max_batch=w.ref_threads, window_s=w.ref_window_ms / 1000)
+
+    def after(result: PathResult) -> None:
+        sizes = batcher.batch_sizes
+        result.backend_calls = len(sizes)
+        result.extra.update(act_s=round(batcher.busy_s, 2),
+                            backend_idle=round(1 - batcher.busy_s / result.wall_s, 4) if result.wall_s else None,
+                            mean_batch=round(sum(sizes) / len(sizes), 2) if sizes else None,
+                            smallest_batch=min(sizes, default=None), largest_batch=max(sizes, default=None),
+                            window_ms=w.ref_window_ms)
+
+    try:
+        result = run_thread_pool(w, batcher, before=batcher.reset_stats, after=after)
+    finally:
+        batcher.close()
+    result.extra.update(llamacpp_settings(policy))
+    engine = _RESULTS.get(f"engine-llamacpp-{weights}")
+    if engine is not None:
+        result.extra["same_transcripts_as_engine"] = round(same_transcripts(engine.transcripts, result.transcripts), 3)
+    return result
 
 
 PATHS: dict[str, Callable[[Workload], PathResult]] = {
@@ -526,6 +682,9 @@ PATHS: dict[str, Callable[[Workload], PathResult]] = {
     "vllm-raw": run_vllm_raw,
     "hf-sequential": run_hf_sequential,
     "hf-batched": run_hf_batched,
+    **{f"engine-llamacpp-{kind}": partial(run_engine_llamacpp, weights=kind) for kind in LLAMACPP_WEIGHTS},
+    **{f"reference-style-llamacpp-{kind}": partial(run_reference_style_llamacpp, weights=kind)
+       for kind in LLAMACPP_WEIGHTS},
 }
 
 
@@ -543,14 +702,36 @@ def ratios(results: dict[str, Any]) -> dict[str, float]:
              "engine_openai_over_lockstep": ("engine-openai", "engine-openai-lockstep"),
              "engine_vllm_over_lockstep": ("engine-vllm", "engine-vllm-lockstep"),
              "engine_vllm_over_raw": ("engine-vllm", "vllm-raw")}
-    return {key: round(tps[a] / tps[b], 3) for key, (a, b) in pairs.items() if tps.get(a) and tps.get(b)}
+    out = {key: round(tps[a] / tps[b], 3) for key, (a, b) in pairs.items() if tps.get(a) and tps.get(b)}
+    return {**out, **llamacpp_ratios(tps)}
+
+
+def llamacpp_ratios(tps: dict[str, float | None]) -> dict[str, float]:
+    """The llama.cpp ratios, from tokens/s by path name.
+
+    `engine_llamacpp_<w>_over_reference_llamacpp_<w>`: engine over thread pool on weight type w,
+    for each w where both ran; `engine_llamacpp_over_reference_llamacpp` is that ratio for the
+    weight type whose engine row is fastest. `engine_llamacpp_over_vllm`: the fastest
+    engine-llamacpp row (any weight type) over engine-vllm."""
+    engine = {kind: tps.get(f"engine-llamacpp-{kind}") for kind in LLAMACPP_WEIGHTS}
+    paired = {kind: engine[kind] / tps[f"reference-style-llamacpp-{kind}"] for kind in LLAMACPP_WEIGHTS
+              if engine[kind] and tps.get(f"reference-style-llamacpp-{kind}")}
+    out = {f"engine_llamacpp_{kind}_over_reference_llamacpp_{kind}": round(r, 3) for kind, r in paired.items()}
+    if paired:
+        out["engine_llamacpp_over_reference_llamacpp"] = round(paired[max(paired, key=lambda k: engine[k])], 3)
+    best = max((v for v in engine.values() if v), default=None)
+    if best and tps.get("engine-vllm"):
+        out["engine_llamacpp_over_vllm"] = round(best / tps["engine-vllm"], 3)
+    return out
 
 
 #: (label, a key of `ratios` or None for engine-vllm's own tokens/s, the least allowed value)
 TARGETS = (("engine-vllm tokens/s", None, 600.0),
            ("engine-vllm / reference-style", "engine_vllm_over_reference", 1.5),
            ("engine-openai / reference-style", "engine_openai_over_reference", 1.3),
-           ("engine-vllm / vllm-raw", "engine_vllm_over_raw", 0.9))
+           ("engine-vllm / vllm-raw", "engine_vllm_over_raw", 0.9),
+           ("best engine-llamacpp / engine-vllm", "engine_llamacpp_over_vllm", 1.5),
+           ("engine-llamacpp / reference-style-llamacpp, same weights", "engine_llamacpp_over_reference_llamacpp", 1.5))
 
 
 def markdown(payload: dict[str, Any], *, command: str) -> str:
@@ -585,7 +766,14 @@ def markdown(payload: dict[str, Any], *, command: str) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backends", default=DEFAULT_PATHS, help=f"comma-separated: {', '.join(PATHS)}")
+    parser.add_argument("--backends", default=DEFAULT_PATHS,
+                        help=f"comma-separated: {', '.join([*PATHS, *LLAMACPP_FAMILIES])} (the last two: one path "
+                             "per --llamacpp-weights type)")
+    parser.add_argument("--llamacpp-weights", default="q4_1",
+                        help=f"comma-separated weight types the llama.cpp paths run: {', '.join(LLAMACPP_WEIGHTS)}")
+    parser.add_argument("--results-dir", type=Path, default=None,
+                        help="where the JSON and markdown go and whose earlier results are merged "
+                             "(default: benchmarks/results)")
     parser.add_argument("--quick", action="store_true",
                         help=f"a smoke run: {QUICK['episodes']} episodes, {QUICK['repeats']} repeat (unless given)")
     for name, value in asdict(Workload()).items():
@@ -596,7 +784,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             kind = str if isinstance(value, str) else float if isinstance(value, float) else int
             parser.add_argument(flag, type=kind, default=None)
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.backends.split(",") if n.strip()]
+    weights = [k.strip() for k in args.llamacpp_weights.split(",") if k.strip()]
+    if not weights or set(weights) - set(LLAMACPP_WEIGHTS):
+        parser.error(f"--llamacpp-weights {args.llamacpp_weights!r}: choose from {list(LLAMACPP_WEIGHTS)}")
+    names = expand_paths([n.strip() for n in args.backends.split(",") if n.strip()], weights)
     unknown = [n for n in names if n not in PATHS]
     if unknown:
         parser.error(f"unknown backend(s) {unknown}; choose from {list(PATHS)}")
@@ -604,7 +795,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     w = Workload(**{**(QUICK if args.quick else {}), **given})
     w = replace(w, dtype=resolve_dtype_here(w.dtype))
 
-    previous = {} if args.quick else _previous(w)
+    previous = {} if args.quick else _previous(w, args.results_dir)
     results: dict[str, Any] = dict(previous.get("results", {}))
     load_before = os.getloadavg()
     try:
@@ -634,7 +825,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         payload["same_transcripts_as"] = {"path": anchor, **{
             n: round(same_transcripts(_RESULTS[anchor].transcripts, r.transcripts), 3)
             for n, r in _RESULTS.items() if n != anchor and r.transcripts}}
-    path = write_result(f"{NAME}_quick" if args.quick else NAME, payload)
+    path = write_result(f"{NAME}_quick" if args.quick else NAME, payload, folder=args.results_dir)
     write_report(path.with_suffix(".md"), markdown({**payload, "machine": machine()},
                                                    command=invocation("rollout_throughput.py", argv)))
     print(json.dumps({k: v for k, v in payload.items() if k != "workload"}, indent=2))
@@ -642,10 +833,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return payload
 
 
-def _previous(w: Workload) -> dict[str, Any]:
-    """The earlier results file, if it measured the same workload (so paths can run separately)."""
+def _previous(w: Workload, folder: Path | None = None) -> dict[str, Any]:
+    """The earlier results file in `folder` (None: RESULTS), if it measured the same workload (so
+    paths can run separately)."""
     try:
-        old = json.loads((RESULTS / f"{NAME}.json").read_text())
+        old = json.loads(((folder or RESULTS) / f"{NAME}.json").read_text())
     except (OSError, ValueError):
         return {}
     same = {k: v for k, v in old.get("workload", {}).items() if k not in _SETTINGS} == w.key()

@@ -1,8 +1,12 @@
-"""The rollout benchmark's markdown summary: its table and the targets, each marked met or not."""
+"""The rollout benchmark's markdown summary (its table and the targets, each marked met or not), and
+the naming and ratios of its llama.cpp paths."""
 
 from __future__ import annotations
 
-from benchmarks.rollout_throughput import markdown, ratios
+import pytest
+
+from benchmarks.rollout_throughput import (LLAMACPP_FAMILIES, LLAMACPP_WEIGHTS, PATHS, expand_paths, main, markdown,
+                                           ratios)
 
 
 def path(tokens_per_s: float, **extra) -> dict:
@@ -35,3 +39,46 @@ def test_a_path_that_did_not_run_leaves_its_targets_unmeasured():
     text = markdown(payload({"engine-vllm": path(70.0)}), command="x")
     assert "| engine-vllm tokens/s | 70.00 | 600 | no |" in text
     assert "| engine-vllm / reference-style | not run | 1.5 | – |" in text
+
+
+class TestLlamaCppPaths:
+    def test_families_expand_weight_type_by_weight_type(self):
+        names = ["engine-vllm", "engine-llamacpp", "reference-style-llamacpp", "vllm-raw"]
+        assert expand_paths(names, ["q4_1", "f16"]) == [
+            "engine-vllm", "engine-llamacpp-q4_1", "reference-style-llamacpp-q4_1", "engine-llamacpp-f16",
+            "reference-style-llamacpp-f16", "vllm-raw"]
+
+    def test_a_named_weight_path_and_a_repeated_family_are_kept_once(self):
+        names = ["reference-style-llamacpp", "engine-llamacpp-q4_1", "reference-style-llamacpp"]
+        assert expand_paths(names, ["q4_1"]) == ["reference-style-llamacpp-q4_1", "engine-llamacpp-q4_1"]
+
+    def test_every_expanded_path_is_registered(self):
+        for name in expand_paths(list(LLAMACPP_FAMILIES), list(LLAMACPP_WEIGHTS)):
+            assert name in PATHS
+
+    def test_ratios_pair_the_same_weights_and_take_the_fastest_engine(self):
+        results = {"engine-vllm": path(100.0), "engine-llamacpp-q4_1": path(300.0),
+                   "reference-style-llamacpp-q4_1": path(150.0), "engine-llamacpp-f16": path(200.0),
+                   "reference-style-llamacpp-f16": path(50.0), "engine-llamacpp-q8_0": path(250.0)}
+        got = ratios(results)
+        assert got["engine_llamacpp_q4_1_over_reference_llamacpp_q4_1"] == 2.0
+        assert got["engine_llamacpp_f16_over_reference_llamacpp_f16"] == 4.0
+        assert got["engine_llamacpp_over_reference_llamacpp"] == 2.0  # q4_1: the fastest engine with a pair
+        assert got["engine_llamacpp_over_vllm"] == 3.0
+        assert "engine_llamacpp_q8_0_over_reference_llamacpp_q8_0" not in got
+
+    def test_targets(self):
+        results = {"engine-vllm": path(100.0), "engine-llamacpp-q4_1": path(140.0),
+                   "reference-style-llamacpp-q4_1": path(70.0)}
+        text = markdown(payload(results), command="x")
+        assert "| best engine-llamacpp / engine-vllm | 1.40 | 1.5 | no |" in text
+        assert "| engine-llamacpp / reference-style-llamacpp, same weights | 2.00 | 1.5 | yes |" in text
+
+    def test_without_llamacpp_rows_their_targets_are_unmeasured(self):
+        text = markdown(payload({"engine-vllm": path(70.0)}), command="x")
+        assert "| best engine-llamacpp / engine-vllm | not run | 1.5 | – |" in text
+
+    def test_an_unknown_weight_type_fails_before_anything_runs(self, capsys):
+        with pytest.raises(SystemExit):
+            main(["--backends", "engine-llamacpp", "--llamacpp-weights", "q4_1,q5_k"])
+        assert "--llamacpp-weights 'q4_1,q5_k': choose from ['q4_1', 'q8_0', 'f16', 'f32']" in capsys.readouterr().err
