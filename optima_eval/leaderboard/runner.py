@@ -95,6 +95,8 @@ class LeaderboardConfig:
     rescore: bool = False
     ablations: Sequence[str] = ()
     diagnostics: bool = False
+    backend_choices: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """With backend "auto": per model, the `BackendChoice` it resolved to (filled by `model_specs`)."""
 
     def __post_init__(self) -> None:
         import optima_envs
@@ -143,8 +145,22 @@ class LeaderboardConfig:
         backend_kwargs = {"base_urls": list(self.base_urls)} if self.base_urls else {}
         # "auto" is resolved here, so a cell's identity names the dtype that actually ran.
         dtype = resolve_dtype_here(self.dtype)
-        return [parse_model(m, backend=self.backend, dtype=dtype, backend_kwargs=backend_kwargs)
+        return [self._runs_as(parse_model(m, backend=self.backend, dtype=dtype, backend_kwargs=backend_kwargs))
                 for m in self.models]
+
+    def _runs_as(self, spec: ModelSpec) -> ModelSpec:
+        """`spec` on the backend and weights that will run, so that a cell's identity and its row
+        name them: backend "auto" resolved (`resolve_backend`: probed once per machine and model,
+        then cached), and for llamacpp the GGUF weight type as the `dtype` and the `weights` option."""
+        if spec.backend == "auto":
+            from optima_agents.policies import auto
+
+            if spec.model not in self.backend_choices:
+                self.backend_choices[spec.model] = auto.resolve_backend(spec.model, dtype=spec.dtype)
+            choice = self.backend_choices[spec.model]
+            spec = dataclasses.replace(spec, backend=choice.backend, dtype=choice.runs_in,
+                                       backend_kwargs={**spec.backend_kwargs, **choice.backend_kwargs})
+        return spec.with_weight_type()
 
 
 def parse_model(text: str, **spec: Any) -> ModelSpec:

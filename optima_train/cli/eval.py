@@ -25,7 +25,7 @@ from rich.table import Table
 
 from optima_agents.policies.registry import backend_help
 from optima_envs.assignments import parse_assignment
-from optima_envs.errors import OptimaError
+from optima_envs.errors import ConfigError, OptimaError
 from optima_eval.heldout import HELDOUT_SEED
 from optima_train.cli.errors import FAILED, fail, reported
 
@@ -81,8 +81,19 @@ def evaluate(
         from optima_agents.models.dtypes import resolve_dtype_here
 
         kwargs = {"base_urls": list(base_url)} if base_url else {}
-        policy = build_policy(backend, model, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, seed=None),
-                              dtype=resolve_dtype_here(dtype), backend_kwargs=kwargs)
+        run_dtype = resolve_dtype_here(dtype)
+        choice = None
+        if backend == "auto":  # resolved here, so the result names the backend and weights that ran
+            from optima_agents.policies.auto import resolve_backend
+
+            if base_url:
+                raise ConfigError("--base-url is for a server backend (openai); backend 'auto' chooses a local one")
+            choice = resolve_backend(model, dtype=run_dtype)
+            Console(stderr=True, soft_wrap=True).print(f"backend auto: {choice.describe()}", highlight=False)
+            kwargs = choice.backend_kwargs
+        policy = build_policy(choice.backend if choice else backend, model,
+                              SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, seed=None),
+                              dtype=run_dtype, backend_kwargs=kwargs)
         result, records = run_eval(policy, env_id, env_kwargs=env_kwargs, episodes=episodes, first_index=first_index,
                                    seed=seed, options=options, progress=progress, model_name=model)
         found = None
@@ -96,12 +107,16 @@ def evaluate(
         fail(error)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model.strip("/").replace("/", "_"))[-80:]
     output = output or Path("runs") / "eval" / f"{env_id}-{split or 'default'}-{slug}.json"
-    data = {**result.to_dict(), "options": options, "first_index": first_index, "seed": seed, "backend": backend}
+    data = {**result.to_dict(), "options": options, "first_index": first_index, "seed": seed,
+            **_ran_on(policy.identity(), backend)}
+    if choice is not None:
+        data["backend_choice"] = choice.to_dict()
     if found is not None:
         data["diagnostics"] = found
     atomic_write_json(output, portable_json(data))  # a result names no folder of this machine
     write_episodes(output.with_suffix(""), records, metadata={"command": "eval", "model": model})
     table = Table(title=f"{env_id} ({split or 'default'}) with {model}", show_header=False)
+    table.add_row("backend", f"{data['backend']} ({data['dtype']})")
     table.add_row("episodes", str(result.episodes))
     table.add_row("score (95% CI)", f"{result.score}  (n={result.score.n})")
     table.add_row("tokens / dialogue (95% CI)", f"{result.tokens.mean:.1f} [{result.tokens.low:.1f}, {result.tokens.high:.1f}]")
@@ -113,6 +128,12 @@ def evaluate(
     Console(soft_wrap=True).print(table)
     if result.score.n == 0:
         fail(_nothing_scored(records), code=FAILED)
+
+
+def _ran_on(identity: dict[str, Any], backend: str) -> dict[str, Any]:
+    """What a result records about where it ran: the backend, and the dtype or, for llama.cpp,
+    the GGUF weight type (`dtype` in the policy's identity), as the policy reports them."""
+    return {"backend": identity.get("backend", backend), "dtype": identity.get("dtype")}
 
 
 def _diagnostic_rows(found: dict[str, Any]) -> list[tuple[str, str]]:

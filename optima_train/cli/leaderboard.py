@@ -115,12 +115,17 @@ def leaderboard(
             max_turns=max_turns, env_kwargs=_task_sets(task_set, task_list),
             scaling=[int(k) for k in _csv(scaling)], output_dir=str(out), chunk=chunk, progress=progress,
             rescore=rescore, ablations=_csv(ablate), diagnostics=diagnostics)
+        if backend == "auto":  # resolved once per model before any cell, so the cells name what ran
+            config.model_specs()
+            for name, choice in config.backend_choices.items():
+                err.print(f"backend auto for {escape(name)}: {escape(choice.describe())}", highlight=False)
         if plan:
             for cell in plan_cells(config):
                 state = "cached" if cell.path(out).exists() else "to compute"
                 ablation = f" | ablation {cell.ablation}" if cell.ablation else ""
                 console.print(f"{cell.heldout.env_id} | {cell.system.name} {cell.system.settings()} | "
-                              f"{cell.model.label}{ablation} | {state}", highlight=False)
+                              f"{cell.model.label} ({cell.model.backend} {cell.model.dtype}){ablation} | {state}",
+                              highlight=False)
             return
         imported = _import(external, out, config.env_kwargs)  # a bad file is refused before any model runs
         run = run_leaderboard(config, log=lambda line: err.print(escape(line), highlight=False))

@@ -114,7 +114,7 @@ class TestHFPolicy:
 
 class TestMakePolicy:
     def test_unknown_backend(self):
-        message = "unknown backend 'tgi'; choose one of ['hf', 'vllm', 'openai', 'llamacpp']"
+        message = "unknown backend 'tgi'; choose one of ['hf', 'vllm', 'openai', 'llamacpp', 'auto']"
         with pytest.raises(ConfigError, match=re.escape(message)):
             make_policy("tgi", "smollm2-135m")
 

@@ -88,7 +88,7 @@ def entry_points(monkeypatch):
 class TestMakePolicy:
     def test_unknown_backend_lists_the_registered_ones_and_how_to_add_one(self):
         with pytest.raises(ConfigError, match=re.escape(
-                "unknown backend 'tgi'; choose one of ['hf', 'vllm', 'openai', 'llamacpp'] (a new backend registers with "
+                "unknown backend 'tgi'; choose one of ['hf', 'vllm', 'openai', 'llamacpp', 'auto'] (a new backend registers with "
                 "optima_agents.policies.register_backend(), or from another package through the entry-point group "
                 "'optima.backends')")):
             make_policy("tgi", "m")
@@ -118,7 +118,7 @@ class TestMakePolicy:
 
 class TestRegistry:
     def test_builtins_first_then_registered_in_order(self, recorder_backend):
-        assert backend_names()[:5] == ["hf", "vllm", "openai", "llamacpp", "recorder"]
+        assert backend_names()[:6] == ["hf", "vllm", "openai", "llamacpp", "auto", "recorder"]
         assert not backend_spec("openai").loads_weights and backend_spec("hf").loads_weights
 
     def test_a_name_is_registered_once(self, recorder_backend):
@@ -138,7 +138,7 @@ class TestRegistry:
     def test_an_entry_point_is_listed_without_import_and_loaded_on_use(self, entry_points):
         entry_points.append(EntryPoint("undeclared", f"{__name__}:Undeclared", "optima.backends"))
         entry_points.append(EntryPoint("broken", "no_such_module_anywhere:Policy", "optima.backends"))
-        assert backend_names() == ["hf", "vllm", "openai", "llamacpp", "broken", "undeclared"]  # nothing imported yet
+        assert backend_names() == ["hf", "vllm", "openai", "llamacpp", "auto", "broken", "undeclared"]  # nothing imported yet
         spec = backend_spec("undeclared")
         assert spec.factory is Undeclared and spec.summary == "Declares nothing, though it has a close method."
         assert isinstance(make_policy("undeclared", "m"), Undeclared)

@@ -165,7 +165,7 @@ def test_an_installed_backend_and_algorithm_are_used_by_name(plugin_site, tmp_pa
     assert out["type"] == "EchoPolicy" and out["with_sampling"] is True
     assert out["texts"] and set(out["texts"]) == {"<A>Griru</A>"}
     assert out["end_reasons"] == ["agreed", "agreed"] and out["identities"] == ["echo"]
-    assert "unknown backend 'ecko'; choose one of ['hf', 'vllm', 'openai', 'llamacpp', 'echo']; did you mean 'echo'?" \
+    assert "unknown backend 'ecko'; choose one of ['hf', 'vllm', 'openai', 'llamacpp', 'auto', 'echo']; did you mean 'echo'?" \
         in out["unknown"] and "entry-point group 'optima.backends'" in out["unknown"]
     assert out["cli_exit"] == 0, out["cli_output"]
     assert "backend: echo" in out["cli_output"] and "iterations: 4" in out["cli_output"]

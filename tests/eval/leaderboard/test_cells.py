@@ -39,6 +39,23 @@ def test_retrained_weights_of_the_same_size_are_a_new_model(tmp_path):
     assert before["files"][1][2] != after["files"][1][2]
 
 
+def test_a_llamacpp_weight_type_is_part_of_the_cell_key(tmp_path):
+    """The same folder on llama.cpp in two GGUF weight types, and on transformers, are three cells."""
+    from optima_eval.heldout import HeldOut
+    from optima_eval.leaderboard.cells import Cell
+    from optima_eval.systems import make_system
+
+    folder = str(weights(tmp_path / "ckpt"))
+    specs = [ModelSpec("m", folder, backend="llamacpp", dtype=kind, backend_kwargs={"weights": kind})
+             for kind in ("q8_0", "f16")] + [ModelSpec("m", folder, backend="hf", dtype="float32")]
+    heldout = HeldOut("synth-hop-ia", {"split": "validation"}, count=2)
+    cells = [Cell(heldout, make_system("cot"), spec) for spec in specs]
+    assert len({cell.key for cell in cells}) == 3
+    assert [(c.identity["model"]["backend"], c.identity["model"]["dtype"], c.identity["model"]["backend_kwargs"])
+            for c in cells] == [("llamacpp", "q8_0", {"weights": "q8_0"}), ("llamacpp", "f16", {"weights": "f16"}),
+                                ("hf", "float32", {})]
+
+
 def test_a_digest_is_read_once_per_file_version(tmp_path, monkeypatch):
     path = weights(tmp_path / "ckpt") / "model.safetensors"
     digest = content_digest(path)

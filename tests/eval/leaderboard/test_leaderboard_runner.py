@@ -131,7 +131,7 @@ def test_reports(tmp_path, gold):
     assert {"leaderboard_synth-hop-ia.md", "plot_synth-hop-ia.png", "leaderboard.md", "leaderboard.json"} <= names
     table = (tmp_path / "board" / "leaderboard_synth-hop-ia.md").read_text()
     dtype = run.results[0].description["model"]["dtype"]
-    assert dtype and f"| cot | tiny | {dtype} |" in table and f"| sc:k=2 | tiny | {dtype} |" in table
+    assert dtype and f"| cot | tiny | hf | {dtype} |" in table and f"| sc:k=2 | tiny | hf | {dtype} |" in table
     assert "Pareto" in table and "answered" in table
     assert (tmp_path / "board" / "plot_synth-hop-ia.png").read_bytes()[:4] == b"\x89PNG"
     index = json.loads((tmp_path / "board" / "leaderboard.json").read_text())
@@ -154,8 +154,8 @@ def test_separate_calls_share_one_board(tmp_path, gold):
                             policy_factory=lambda m: _Anything(), log=lambda _: None)
     write_reports(arith.results, tmp_path / "board", command="arith call")
     overview = (tmp_path / "board" / "leaderboard.md").read_text()
-    assert "| system | model | dtype | synth-arith-debate | synth-hop-ia |" in overview
-    assert f"| mas | tiny | {hop.results[0].description['model']['dtype']} |" in overview
+    assert "| system | model | backend | dtype | synth-arith-debate | synth-hop-ia |" in overview
+    assert f"| mas | tiny | hf | {hop.results[0].description['model']['dtype']} |" in overview
     assert "- synth-hop-ia: `hop call`" in overview and "- synth-arith-debate: `arith call`" in overview
     assert index() == [("synth-arith-debate", "cot", "arith call"), ("synth-hop-ia", "cot", "hop call"),
                        ("synth-hop-ia", "mas", "hop call")]
@@ -210,7 +210,77 @@ def test_another_dtype_is_another_row(tmp_path, gold):
     assert sorted((c["dtype"], c["command"]) for c in cells) == [("bfloat16", "cot in bfloat16"),
                                                                  ("float32", "cot in float32")]
     table = (tmp_path / "board" / "leaderboard_synth-hop-ia.md").read_text()
-    assert "| cot | tiny | bfloat16 |" in table and "| cot | tiny | float32 |" in table
+    assert "| cot | tiny | hf | bfloat16 |" in table and "| cot | tiny | hf | float32 |" in table
+
+
+def _choose(monkeypatch, *kinds):
+    """`--backend auto` resolving to llamacpp in each of `kinds` in turn (no probe); returns the calls."""
+    from optima_agents.policies import auto
+    from optima_agents.policies.auto_choice import BackendChoice, Candidate, ProbeResult
+
+    calls = []
+
+    def resolve(model, **kwargs):
+        calls.append(model)
+        kind = kinds[min(len(calls), len(kinds)) - 1]
+        return BackendChoice(ProbeResult(Candidate("llamacpp", kind, weights=kind), tokens_per_s=100.0))
+
+    monkeypatch.setattr(auto, "resolve_backend", resolve)
+    return calls
+
+
+def test_auto_is_resolved_once_per_model_and_never_recorded(tmp_path, gold, monkeypatch):
+    calls = _choose(monkeypatch, "q8_0")
+    config = _config(tmp_path, systems=["cot"], backend="auto", models=["tiny=smollm2-135m", "again=smollm2-135m"])
+    specs = config.model_specs()
+    assert [(s.backend, s.dtype, dict(s.backend_kwargs)) for s in specs] == [
+        ("llamacpp", "q8_0", {"weights": "q8_0"})] * 2
+    built = []
+    run = run_leaderboard(config, policy_factory=lambda m: built.append(m) or Script(gold), log=lambda _: None)
+    assert calls == ["smollm2-135m"] and {m.backend for m in built} == {"llamacpp"}
+    stored = json.dumps([r.description for r in run.results])
+    assert '"auto"' not in stored and '"dtype": "q8_0"' in stored
+    assert set(config.backend_choices) == {"smollm2-135m"}
+
+
+def test_a_llamacpp_model_names_its_weight_type(tmp_path):
+    """What weights="auto" runs: the shipped Q4_1 for a pulled registry base, F16 for another folder."""
+    for name, manifest in (("base", {"name": "smollm2-135m"}), ("trained", None)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+        if manifest:
+            (tmp_path / name / "optima_manifest.json").write_text(json.dumps(manifest))
+    config = _config(tmp_path, systems=["cot"], backend="llamacpp",
+                     models=[f"base={tmp_path / 'base'}", f"trained={tmp_path / 'trained'}"])
+    assert [(s.dtype, dict(s.backend_kwargs)) for s in config.model_specs()] == [
+        ("q4_1", {"weights": "q4_1"}), ("f16", {"weights": "f16"})]
+
+
+def test_weight_types_and_backends_are_never_mixed_in_one_row(tmp_path, gold, monkeypatch):
+    """Cells of one model label in two GGUF weight types and on transformers: separate rows in the
+    task's table and across tasks, none replacing another."""
+    _choose(monkeypatch, "q8_0", "f16")
+    board = tmp_path / "board"
+    hop = run_leaderboard(_config(tmp_path, systems=["cot"], backend="auto"), policy_factory=_factory(gold, []),
+                          log=lambda _: None)
+    write_reports(hop.results, board, command="hop on q8_0")
+    arith = run_leaderboard(_config(tmp_path, tasks=["synth-arith-debate"], systems=["cot"], questions=3,
+                                    backend="auto"), policy_factory=lambda m: _Anything(), log=lambda _: None)
+    write_reports(arith.results, board, command="arith on f16")
+    hf = run_leaderboard(_config(tmp_path, systems=["cot"], dtype="float32"), policy_factory=_factory(gold, []),
+                         log=lambda _: None)
+    write_reports(hf.results, board, command="hop on hf")
+    cells = json.loads((board / "leaderboard.json").read_text())["cells"]
+    assert sorted((c["task"], c["backend"], c["dtype"]) for c in cells) == [
+        ("synth-arith-debate", "llamacpp", "f16"), ("synth-hop-ia", "hf", "float32"),
+        ("synth-hop-ia", "llamacpp", "q8_0")]
+    table = (board / "leaderboard_synth-hop-ia.md").read_text()
+    assert "| cot | tiny | llamacpp | q8_0 |" in table and "| cot | tiny | hf | float32 |" in table
+    overview = (board / "leaderboard.md").read_text().splitlines()
+    rows = [[part.strip() for part in line.strip("|").split("|")] for line in overview if line.startswith("| cot |")]
+    filled = {(backend, dtype): (arith != "", hop != "") for _, _, backend, dtype, arith, hop in rows}
+    assert filled == {("llamacpp", "f16"): (True, False), ("llamacpp", "q8_0"): (False, True),
+                      ("hf", "float32"): (False, True)}
 
 
 class _Anything:
