@@ -134,6 +134,38 @@ def workload_ceiling_s(flops_per_token: float, decode_tokens: int, prefill_token
             + flops_per_token * prefill_tokens / (prefill_gflops * 1e9))
 
 
+def uncached_prefill_tokens(sequences: Sequence[tuple[Sequence[int], Sequence[int]]]) -> int:
+    """Prompt tokens a perfect prefix cache would still have to compute, for (prompt, reply) id
+    sequences in the order they were generated: each prompt's tokens past its longest prefix
+    that is a prefix of an earlier prompt followed by its reply. This is the least prefill work
+    the workload allows, so the ceiling built on it is the strictest one."""
+    trie: dict[int, dict] = {}
+    total = 0
+    for prompt, reply in sequences:
+        node, shared = trie, 0
+        for token in prompt:
+            if token not in node:
+                break
+            node, shared = node[token], shared + 1
+        total += len(prompt) - shared
+        node = trie
+        for token in (*prompt, *reply):
+            node = node.setdefault(token, {})
+    return total
+
+
+def ceiling_rates(payload: dict[str, Any], dtype: str) -> tuple[float, float, str]:
+    """(decode GFLOP/s, prefill GFLOP/s, the dtype they are for) from a `machine_ceiling.json`
+    payload: decode at 64 rows (a batch of decode steps), prefill at 1,024 rows; the fastest
+    measured dtype when `dtype` was not measured (llama.cpp's quantized products, say), so the
+    ceiling is never looser than the machine's best."""
+    rates = payload["results"]
+    if dtype not in rates:
+        dtype = max(payload["dtypes"], key=lambda d: rates[d]["forward"]["64"])
+    forward = rates[dtype]["forward"]
+    return forward["64"], forward["1024"], dtype
+
+
 def measure(shapes: ModelShapes, dtypes: Sequence[str], repeats: int) -> dict[str, Any]:
     import torch
 

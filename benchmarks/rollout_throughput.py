@@ -87,7 +87,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
+from benchmarks._results import RESULTS, cpu_kind, invocation, machine, write_report, write_result  # noqa: E402
 from optima_agents.models.dtypes import resolve_dtype_here  # noqa: E402
 
 NAME = "rollout_throughput"
@@ -734,6 +734,35 @@ TARGETS = (("engine-vllm tokens/s", None, 600.0),
            ("engine-llamacpp / reference-style-llamacpp, same weights", "engine_llamacpp_over_reference_llamacpp", 1.5))
 
 
+def ceiling_share(result: PathResult, w: Workload, tokenizer: Any, ceiling: dict[str, Any]) -> dict[str, Any]:
+    """The path's workload against the machine: its FLOPs (linear layers; every generated token
+    decoded, every prompt token a perfect prefix cache could not serve prefilled) at the measured
+    matmul rates (`machine_ceiling.json`: decode at 64 rows, prefill at 1,024, in the path's dtype
+    or the fastest measured one) give the fewest seconds the workload can take; `ceiling_share`
+    is that over the path's wall time."""
+    from benchmarks.machine_ceiling import ceiling_rates, uncached_prefill_tokens, workload_ceiling_s
+
+    prompts = turn_prompts(result.records, tokenizer)
+    replies = [t.token_ids for r in result.records for t in r.turns]
+    prefill = uncached_prefill_tokens(list(zip(prompts, replies)))
+    dtype = "fastest" if result.extra.get("backend") == "llamacpp" else w.dtype
+    decode_rate, prefill_rate, rate_dtype = ceiling_rates(ceiling, dtype)
+    seconds = workload_ceiling_s(ceiling["forward_gflop_per_token"], result.generated_tokens, prefill,
+                                 decode_rate, prefill_rate)
+    return {"ceiling_s": round(seconds, 2), "ceiling_share": round(seconds / result.wall_s, 3) if result.wall_s else None,
+            "ceiling_prefill_tokens": prefill, "ceiling_prompt_tokens": sum(map(len, prompts)),
+            "ceiling_dtype": rate_dtype, "ceiling_cpu": ceiling["cpu_kind"]}
+
+
+def _machine_ceiling() -> dict[str, Any] | None:
+    """This machine's `machine_ceiling.json`, when it was measured on the same CPU kind."""
+    try:
+        payload = json.loads((RESULTS / "machine_ceiling.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return payload if payload.get("cpu_kind") == cpu_kind() else None
+
+
 def markdown(payload: dict[str, Any], *, command: str) -> str:
     """The results as a table of paths, then each target with its measured value (paths that did
     not run leave their targets unmeasured)."""
@@ -743,12 +772,17 @@ def markdown(payload: dict[str, Any], *, command: str) -> str:
              f"{w['max_new_tokens']} new tokens per reply, median of {w['repeats']} run(s) per path; "
              f"{payload['machine']['cpus']} CPUs, load average before {payload['load_average']['before'][0]}.", "",
              "| path | tokens/s (median) | every run | first episode (s) | last episode (s) | generated tokens "
-             "| peak memory (GiB) | scheduling |", "|---|---|---|---|---|---|---|---|"]
+             "| share of ceiling | peak memory (GiB) | scheduling |", "|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         runs = ", ".join(f"{x:g}" for x in r.get("runs_tokens_per_s", [r["tokens_per_s"]]))
         first = "–" if r.get("first_episode_s") is None else f"{r['first_episode_s']:.1f}"
+        share = "–" if r.get("ceiling_share") is None else f"{r['ceiling_share']:.0%} of {r['ceiling_s']:.1f} s"
         lines.append(f"| {name} | {r['tokens_per_s']:.1f} | {runs} | {first} | {r['last_episode_s']:.1f} "
-                     f"| {r['generated_tokens']} | {r.get('peak_rss_gib', '–')} | {r.get('scheduling', '–')} |")
+                     f"| {r['generated_tokens']} | {share} | {r.get('peak_rss_gib', '–')} | {r.get('scheduling', '–')} |")
+    lines += ["", "Share of ceiling: the fewest seconds the path's own workload can take at this machine's measured "
+              "matmul rates (`machine_ceiling.json`; linear-layer FLOPs of every generated token at the 64-row "
+              "rate and of every prompt token a perfect prefix cache could not serve at the 1,024-row rate), over "
+              "the path's wall time. llama.cpp rows use the fastest measured dtype's rates."]
     lines += ["", "| target | measured | least allowed | met |", "|---|---|---|---|"]
     measured = {**ratios(results), None: results.get("engine-vllm", {}).get("tokens_per_s")}
     for label, key, least in TARGETS:
@@ -798,10 +832,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     previous = {} if args.quick else _previous(w, args.results_dir)
     results: dict[str, Any] = dict(previous.get("results", {}))
     load_before = os.getloadavg()
+    ceiling = _machine_ceiling()
+    if ceiling is None:
+        print("no benchmarks/results/machine_ceiling.json for this CPU kind: run benchmarks/machine_ceiling.py "
+              "first for each path's share of the ceiling", flush=True)
     try:
         for i, name in enumerate(names):
             print(f"== {name}", flush=True)
             result = _RESULTS[name] = PATHS[name](w)
+            if ceiling is not None and result.records:
+                result.extra.update(ceiling_share(result, w, _tokenizer(w), ceiling))
             results[name] = result.summary()
             print(json.dumps(results[name]), flush=True)
             if not SERVER_PATHS & set(names[i + 1:]):

@@ -44,3 +44,25 @@ def test_the_report_states_the_cpu_and_the_token_rate():
     text = report(payload)
     assert "CPU: AVX2" in text and "| float32 | 64 | 100.0 | 372 |" in text
     assert "12.0 GB/s" in text and "22 tokens/s" in text
+
+
+def test_uncached_prefill_counts_only_what_no_earlier_prompt_and_reply_covers():
+    from benchmarks.machine_ceiling import uncached_prefill_tokens
+
+    first = ([1, 2, 3], [4, 5])
+    second_turn = ([1, 2, 3, 4, 5, 6, 7], [8])     # the first prompt + reply, then 2 new tokens
+    other_episode = ([1, 2, 9], [])                 # shares the system-prompt prefix [1, 2]
+    assert uncached_prefill_tokens([first]) == 3
+    assert uncached_prefill_tokens([first, second_turn]) == 3 + 2
+    assert uncached_prefill_tokens([first, second_turn, other_episode]) == 3 + 2 + 1
+    assert uncached_prefill_tokens([second_turn, first]) == 7 + 0  # order matters: the later one is covered
+
+
+def test_ceiling_rates_fall_back_to_the_fastest_measured_dtype():
+    from benchmarks.machine_ceiling import ceiling_rates
+
+    payload = {"dtypes": ["float32", "bfloat16"],
+               "results": {"float32": {"forward": {"64": 150.0, "1024": 180.0}},
+                           "bfloat16": {"forward": {"64": 330.0, "1024": 380.0}}}}
+    assert ceiling_rates(payload, "float32") == (150.0, 180.0, "float32")
+    assert ceiling_rates(payload, "fastest") == (330.0, 380.0, "bfloat16")

@@ -26,13 +26,19 @@ def test_table_and_targets():
                "engine-vllm": path(700.0, scheduling="continuous"), "vllm-raw": path(800.0)}
     text = markdown(payload(results), command="python benchmarks/rollout_throughput.py")
     assert "median of 3 run(s)" in text and "float32" in text
-    assert "| engine-vllm | 700.0 | 699, 700, 702 | 3.0 | 60.0 | 4000 | 7.5 | continuous |" in text
+    assert "| engine-vllm | 700.0 | 699, 700, 702 | 3.0 | 60.0 | 4000 | – | 7.5 | continuous |" in text
     assert "| engine-vllm tokens/s | 700.00 | 600 | yes |" in text
     assert "| engine-vllm / reference-style | 17.50 | 1.5 | yes |" in text
     assert "| engine-openai / reference-style | 1.50 | 1.3 | yes |" in text
     assert "| engine-vllm / vllm-raw | 0.88 | 0.9 | no |" in text
     assert "reference-style 1.000" in text
     assert ratios(results)["engine_vllm_over_raw"] == 0.875
+
+
+def test_a_path_with_a_ceiling_shows_its_share():
+    results = {"engine-vllm": {**path(700.0, scheduling="continuous"), "ceiling_s": 12.0, "ceiling_share": 0.2}}
+    text = markdown(payload(results), command="x")
+    assert "| engine-vllm | 700.0 | 699, 700, 702 | 3.0 | 60.0 | 4000 | 20% of 12.0 s | 7.5 | continuous |" in text
 
 
 def test_a_path_that_did_not_run_leaves_its_targets_unmeasured():
