@@ -32,7 +32,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -92,8 +92,16 @@ def pick_counts(stage: Path) -> dict[str, dict[str, dict[str, int]]]:
     if parts:
         table = pq.read_table(parts).to_pylist()
         out["heldout_picks"] = {"picked": _letters(f"<A>{r['final_answer']}</A>" for r in table),
-                                "right": _letters(f"<A>{r['final_answer']}</A>" for r in table if r["score"] == 1.0)}
+                                "right": _letters(f"<A>{r['final_answer']}</A>" for r in table if r["score"] == 1.0),
+                                "targets": _letters(f"<A>{json.loads(r['gold'])}</A>" for r in table)}
     return out
+
+
+def right_of_targets(heldout: Mapping[str, Mapping[str, int]]) -> str:
+    """"A:33/33 B:13/43 ...": right picks of the games whose target has each letter ("" when the
+    stage was collected before targets were counted)."""
+    right = heldout.get("right") or {}
+    return " ".join(f"{k}:{right.get(k, 0)}/{n}" for k, n in (heldout.get("targets") or {}).items())
 
 
 def _letters(replies: Any) -> dict[str, int]:
@@ -175,15 +183,16 @@ def report(payload: dict[str, Any]) -> str:
     if picked:
         lines += ["", "## Which letters the DPO pairs and the held-out picks hold", "",
                   "The listener's pick letters: in the DPO pairs (every qualifying pair, and the kept ones) and in "
-                  "the 200 held-out games after training (picked, and picked right).", "",
+                  "the 200 held-out games after training (picked, and picked right; right of the games with that "
+                  "target letter, which says where the listener reads the message and where it guesses).", "",
                   "| variant | seed | iteration | pairs: chosen (kept) | pairs: rejected (kept) | chosen (all qualifying) | "
-                  "held-out: picked | held-out: right |", "|---|---|---|---|---|---|---|---|"]
+                  "held-out: picked | held-out: right | held-out: right of targets |", "|---|---|---|---|---|---|---|---|---|"]
         for variant, seed, it in picked:
             pp, hp = it["pair_picks"], it.get("heldout_picks", {})
             fmt = lambda d: " ".join(f"{k}:{v}" for k, v in (d or {}).items())  # noqa: E731
             lines.append(f"| {variant} | {seed} | {it['iteration']} | {fmt(pp.get('kept chosen'))} | "
                          f"{fmt(pp.get('kept rejected'))} | {fmt(pp.get('qualifying chosen'))} | "
-                         f"{fmt(hp.get('picked'))} | {fmt(hp.get('right'))} |")
+                         f"{fmt(hp.get('picked'))} | {fmt(hp.get('right'))} | {right_of_targets(hp)} |")
     if payload.get("evals"):
         lines += ["", "## Evaluations with diagnostics", "",
                   "| model | score [95% CI] | tokens | no-talk (solo) | comm gain, partner's messages removed [95% CI] | "

@@ -86,3 +86,18 @@ def test_an_idpo_run_reports_its_pairs_and_its_start_not_the_untrained_pair(tmp_
     assert written["untrained"] == {}
     assert "95 pairs of 256 trees" in written["report"]
     assert "`idpo` starts from `smollm2-135m-referential`, which scores 0.405" in written["report"]
+
+
+def test_held_out_picks_are_counted_per_target_letter(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    episodes = tmp_path / "evaluation" / "episodes"
+    episodes.mkdir(parents=True)
+    rows = [("A", "A", 1.0), ("A", "A", 1.0), ("C", "A", 0.0), ("C", "C", 1.0), ("D", "B", 0.0)]
+    pq.write_table(pa.table({"gold": [json.dumps(g) for g, _, _ in rows], "final_answer": [p for _, p, _ in rows],
+                             "score": [s for _, _, s in rows]}), episodes / "part-00000.parquet")
+    picks = game_training.pick_counts(tmp_path)["heldout_picks"]
+    assert picks == {"picked": {"A": 3, "B": 1, "C": 1}, "right": {"A": 2, "C": 1}, "targets": {"A": 2, "C": 2, "D": 1}}
+    assert game_training.right_of_targets(picks) == "A:2/2 C:1/2 D:0/1"
+    assert game_training.right_of_targets({"right": {"A": 1}}) == ""
