@@ -48,6 +48,11 @@ a batch that is not full.
 natively (AMX, AVX-512 bf16, CUDA), float32 where bf16 would be emulated and far slower
 (docs/design.md section 4); the results record the resolved dtype.
 
+Each path that keeps its episode records also gets its share of this machine's ceiling
+(`ceiling_share`, from `benchmarks/results/machine_ceiling.json` when it was measured on the
+same CPU kind; `ceiling_share` says how): the fewest seconds its own workload can take at the
+measured matmul rates, over its wall time.
+
 Besides the JSON, a markdown summary (`rollout_throughput.md`) holds the table and the targets
 the paths are held to (`TARGETS`), each marked met or not.
 
