@@ -206,9 +206,13 @@ def report(payload: dict[str, Any]) -> str:
                       f"{start['score']:.3f} at {start['tokens']:.1f} tokens on the same held-out games."]
     lines += ["", "Every iSFT run used `configs/isft/referential_experiment.yaml` (plain) or "
               "`configs/isft/referential_informative.yaml` (`selection.informative_only: true`), every iDPO run "
-              "`configs/idpo/referential_listener.yaml` (sampled picks) or `configs/idpo/referential_enumerated.yaml` "
-              "(`mcts.enumerate_answers`, every pair kept), both from the shipped pair, with `--set run.seed=SEED`; "
-              "seed 0's iSFT runs also made the untrained baseline evaluation."]
+              "one of `configs/idpo/referential_listener.yaml` (sampled picks), `referential_enumerated.yaml` "
+              "(`mcts.enumerate_answers`, every pair kept), `referential_hard_negatives.yaml` (the same, rejecting the "
+              "best-valued wrong pick: `pairs.rejected: hardest`) and `referential_all_negatives.yaml` (every wrong "
+              "pick rejected once: `pairs.rejected: all`, 64 trees), all from the shipped pair, with "
+              "`--set run.seed=SEED`; seed 0's iSFT runs also made the untrained baseline evaluation. The run seed "
+              "changes the sampling, not the training games: iteration 0 of every iDPO run searched the same first "
+              "training games (instances 0-127, or 0-63)."]
     return "\n".join(lines) + "\n"
 
 
