@@ -752,7 +752,7 @@ def ceiling_share(result: PathResult, w: Workload, tokenizer: Any, ceiling: dict
     prefill = uncached_prefill_tokens(list(zip(prompts, replies)))
     dtype = "fastest" if result.extra.get("backend") == "llamacpp" else w.dtype
     decode_rate, prefill_rate, rate_dtype = ceiling_rates(ceiling, dtype)
-    seconds = workload_ceiling_s(ceiling["forward_gflop_per_token"], result.generated_tokens, prefill,
+    seconds = workload_ceiling_s(ceiling["forward_gflop_per_token"] * 1e9, result.generated_tokens, prefill,
                                  decode_rate, prefill_rate)
     return {"ceiling_s": round(seconds, 2), "ceiling_share": round(seconds / result.wall_s, 3) if result.wall_s else None,
             "ceiling_prefill_tokens": prefill, "ceiling_prompt_tokens": sum(map(len, prompts)),

@@ -88,3 +88,22 @@ class TestLlamaCppPaths:
         with pytest.raises(SystemExit):
             main(["--backends", "engine-llamacpp", "--llamacpp-weights", "q4_1,q5_k"])
         assert "--llamacpp-weights 'q4_1,q5_k': choose from ['q4_1', 'q8_0', 'f16', 'f32']" in capsys.readouterr().err
+
+
+def test_ceiling_share_counts_decode_and_uncached_prefill_at_the_measured_rates(monkeypatch):
+    from types import SimpleNamespace
+
+    from benchmarks import rollout_throughput as rt
+
+    turns = [SimpleNamespace(token_ids=(7, 8)), SimpleNamespace(token_ids=(9,))]
+    records = [SimpleNamespace(turns=turns)]
+    monkeypatch.setattr(rt, "turn_prompts", lambda records, tokenizer: [[1, 2, 3], [1, 2, 3, 7, 8, 4]])
+    ceiling = {"forward_gflop_per_token": 0.5, "cpu_kind": "AVX2", "dtypes": ["float32"],
+               "results": {"float32": {"forward": {"64": 100.0, "1024": 200.0}}}}
+    result = rt.PathResult(wall_s=1.0, generated_tokens=3, turns=2, episodes=1, backend_calls=2, mean_score=0.0,
+                           records=records)
+    share = rt.ceiling_share(result, rt.Workload(dtype="float32"), None, ceiling)
+    # decode: 3 tokens x 0.5 GFLOP at 100 GFLOP/s; prefill: 3 + 1 uncached tokens x 0.5 GFLOP at 200 GFLOP/s
+    assert share["ceiling_prefill_tokens"] == 4 and share["ceiling_prompt_tokens"] == 9
+    assert share["ceiling_s"] == round(3 * 0.5 / 100 + 4 * 0.5 / 200, 2)
+    assert share["ceiling_share"] == round((3 * 0.5 / 100 + 4 * 0.5 / 200) / 1.0, 3)
