@@ -86,7 +86,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -472,11 +472,17 @@ def openai_policy(w: Workload, server: Any, concurrency: int) -> Any:
 
 
 def _tokenizer(w: Workload) -> Any:
+    """The model's tokenizer, loaded once per model for every path that needs it."""
+    return _load_tokenizer(w.model)
+
+
+@lru_cache(maxsize=None)
+def _load_tokenizer(model: str) -> Any:
     from transformers import AutoTokenizer
 
     from optima_agents.models import resolve_model
 
-    return AutoTokenizer.from_pretrained(resolve_model(w.model))
+    return AutoTokenizer.from_pretrained(resolve_model(model))
 
 
 def run_engine_openai(w: Workload, scheduling: str = "continuous") -> PathResult:
