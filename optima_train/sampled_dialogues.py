@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Protocol, Sequence, TypeVar
 
 from optima_train.config.sampler import RolloutSamplerSection, constrains
 from optima_train.config.sections import TrainingConfig
@@ -74,10 +74,13 @@ class SampledDialogues(IterativeTrainer[S]):
         return self.config.sampler.max_live
 
     def _sample_dialogues(self, folder: Path, it: int, *, per_question: int, sampling: Any,
-                          options: Mapping[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
+                          options: Mapping[str, Any] | None = None,
+                          expand: Callable[[list[Any], Any], list[Any]] | None = None
+                          ) -> tuple[list[Any], dict[str, Any]]:
         """`per_question` seeded dialogues for every training question with `model_before(it)`,
         saved to `folder` (answers constrained where the sampler's `constrained_answers` says so for
-        iteration `it`); returns the records and the step's info."""
+        iteration `it`); returns the records and the step's info. `expand(records, env)`, when
+        given, turns the sampled records into the ones saved (e.g. `answer_variants.enumerate_answers`)."""
         import optima_envs
         from optima_agents.rollout import EpisodeSpec, RolloutEngine, derive_seed
 
@@ -92,11 +95,13 @@ class SampledDialogues(IterativeTrainer[S]):
                            g.temperatures_by_agent(), env.possible_agents)
         engine = RolloutEngine(env, policy, max_live=g.max_live, progress=cfg.run.progress, scheduling=g.scheduling,
                                max_inflight=g.max_inflight)
-        records = engine.run(specs)
+        sampled = engine.run(specs)
+        records = sampled if expand is None else expand(sampled, env)
         save_records(folder / EPISODES, records, writer=self.NAME)
         stats = engine.last_stats
-        ran = [r for r in records if not r.infra_failure]
-        return records, {"model": self.model_before(it), "episodes": len(records), "constrained_answers": constrained,
+        ran = [r for r in sampled if not r.infra_failure]
+        return records, {"model": self.model_before(it), "episodes": len(records), "sampled": len(sampled),
+                         "constrained_answers": constrained,
                          "infra_failures": stats.infra_failures, "generated_tokens": stats.generated_tokens,
                          "tokens_per_s": round(stats.tokens_per_s, 2),
                          "mean_tokens": mean([r.total_tokens for r in ran]),

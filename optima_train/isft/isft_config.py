@@ -50,6 +50,10 @@ class GenerationSection(RolloutSamplerSection):
     top_p: float = field(default=1.0, metadata=_help("Nucleus sampling threshold of training dialogues."))
     format_pool_first_iteration: bool = field(default=True, metadata=_help(
         "Iteration 0 samples with a format-diverse instruction (reset option format_instruction='sample')."))
+    enumerate_answers: bool = field(default=False, metadata=_help(
+        "Score each sampled dialogue once per answer move, its last turn replaced by each (tasks with a closed set "
+        "of moves whose answer ends the dialogue, Task.answer_options: a game's picks), so selection finds the "
+        "right answer wherever the messages carry it, not only where the answerer sampled it."))
 
     def temperatures_by_agent(self) -> dict[str, float]:
         return dict(self.agent_temperatures)
@@ -84,10 +88,18 @@ class SelectionSection:
         "Rank only dialogues whose partners told the answerer what it lacked (the task's informative "
         "check; on questions the answerer can answer alone every dialogue counts): a right answer "
         "after messages that carry nothing is a guess."))
+    train_agents: list[str] | None = field(default=None, metadata=_help(
+        "The agents whose turns become SFT rows (null: every agent that spoke), e.g. [bob] to train a listener "
+        "on its picks while the speaker's turns, already right, cost no training time."))
 
     def __post_init__(self) -> None:
         if not 0 < self.keep_fraction <= 1:
             raise ConfigError(f"selection.keep_fraction must be in (0, 1], got {self.keep_fraction}")
+        if self.train_agents is not None and (
+                isinstance(self.train_agents, str) or not self.train_agents
+                or not all(isinstance(a, str) for a in self.train_agents)):
+            raise ConfigError(f"selection.train_agents must be a non-empty list of agent names (e.g. [bob]) or null, "
+                              f"got {self.train_agents!r}")
 
 
 @dataclass

@@ -24,7 +24,7 @@ Each step writes a `DONE.json` last; a restarted run skips finished steps (`run_
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from optima_envs.atomic_files import atomic_write_json
 from optima_train.isft.isft_config import ISFTConfig
@@ -53,9 +53,21 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
     def _generation(self, folder: Path, it: int) -> dict[str, Any]:
         g = self.config.generation
         options = {"format_instruction": "sample"} if it == 0 and g.format_pool_first_iteration else {}
+        expand = self._answer_variants(it) if g.enumerate_answers else None
         _, info = self._sample_dialogues(folder, it, per_question=g.samples_per_question, sampling=self._sampling(),
-                                         options=options)
+                                         options=options, expand=expand)
         return info
+
+    def _answer_variants(self, it: int) -> Any:
+        """`generation.enumerate_answers`: each sampled dialogue once per answer move, the moves
+        tokenised by the sampling model's tokenizer."""
+        from transformers import AutoTokenizer
+
+        from optima_train.answer_variants import enumerate_answers
+
+        tokenizer = AutoTokenizer.from_pretrained(self.model_before(it))
+        return lambda records, env: enumerate_answers(
+            records, env, lambda text: tokenizer.encode(text, add_special_tokens=False))
 
     def _scoring(self, folder: Path, it: int) -> dict[str, Any]:
         records, batch, loss_fn = self._rewarded(it)
@@ -78,14 +90,19 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
 
         cfg, s = self.config, self.config.selection
         records = self._scored_records(it)
-        n = cfg.generation.samples_per_question
+        agents = set(records[0].agents) if records else set()
+        if s.train_agents is not None and not set(s.train_agents) <= agents:
+            from optima_envs.errors import ConfigError
+
+            raise ConfigError(f"selection.train_agents names {sorted(set(s.train_agents) - agents)}, not agents of "
+                              f"{cfg.task.env_id} ({sorted(agents)})")
         # The env is rebuilt only to check the partners' information, or for records from before
         # episodes kept their plain prompts (`plain_prompts` then resets it to rebuild them).
         needs_env = s.informative_only or any(r.plain_system_prompts is None and r.format_instruction for r in records)
         env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(cfg.task.train_kwargs())) if needs_env else None
-        candidates = [candidate(pos, rec, sample_index=pos % n,
+        candidates = [candidate(pos, rec, sample_index=sample,
                                 informative=record_informed(env, rec) if s.informative_only and rec.scored else None)
-                      for pos, rec in enumerate(records)]
+                      for pos, (rec, sample) in enumerate(zip(records, sample_positions(records)))]
         result = select_best(candidates, keep_fraction=s.keep_fraction, reward_threshold=s.reward_threshold,
                              min_score=s.min_score, informative_only=s.informative_only)
         tokenizer = AutoTokenizer.from_pretrained(self.model_before(it))
@@ -93,7 +110,8 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
         for c in result.selected:
             rec = records[c.key]
             for ex in build_sft_examples(rec, plain_prompts(rec, env), tokenizer, episode_id=f"{it}:{c.key}"):
-                rows.append(ex.to_row())
+                if s.train_agents is None or ex.agent in s.train_agents:
+                    rows.append(ex.to_row())
             chosen.append({"episode": c.key, "instance_id": rec.instance_id, "reward": c.reward, "score": c.score,
                            "tokens": c.tokens, "format_instruction": rec.format_instruction})
         write_sft_dataset(folder / "sft.parquet", rows)
@@ -126,6 +144,17 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
 
     def _summary_detail(self, s: Mapping[str, Any]) -> str:
         return f"kept {s['kept_examples']} examples ({s['kept_dialogues']} dialogues)"
+
+
+def sample_positions(records: Sequence[Any]) -> list[int]:
+    """Each record's position among its question's records (0, 1, ... in buffer order), the
+    tie-break of selection; a question's count varies when answers were enumerated."""
+    seen: dict[str, int] = {}
+    positions = []
+    for rec in records:
+        positions.append(seen.get(rec.instance_id, 0))
+        seen[rec.instance_id] = positions[-1] + 1
+    return positions
 
 
 def train_sft(cfg: ISFTConfig, data: Path, init: str, folder: Path, *, seed: int) -> dict[str, Any]:
