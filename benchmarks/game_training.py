@@ -88,6 +88,10 @@ def pick_counts(stage: Path) -> dict[str, dict[str, dict[str, int]]]:
         for scope, rows in (("qualifying", pairs), ("kept", [p for p in pairs if str(p["kept"]) == "True"])):
             for side in ("chosen", "rejected"):
                 out.setdefault("pair_picks", {})[f"{scope} {side}"] = _letters(p[side] for p in rows)
+    sft_file = stage / "selection" / "sft.parquet"
+    if sft_file.is_file():  # an iSFT stage: the listener's kept picks (its rows' last reply)
+        rows = [r for r in pq.read_table(sft_file).to_pylist() if r["agent"] != "alice"]
+        out["sft_picks"] = _letters(r["messages"][-1]["content"] for r in rows)
     parts = sorted((stage / "evaluation" / "episodes").glob("part-*.parquet"))
     if parts:
         table = pq.read_table(parts).to_pylist()
@@ -148,7 +152,7 @@ def aggregate(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, list[dict
 
 def report(payload: dict[str, Any]) -> str:
     base, odds = payload["untrained"], payload["chance"]
-    lines = [f"# Training on `referential-game`: iSFT (plain and informative-only selection) and iDPO", "",
+    lines = [f"# Training on `referential-game`: iSFT (plain, informative-only, enumerated picks) and iDPO", "",
              f"Command: `{payload['command']}`", "",
              *[f"Runs kept from an earlier collection: `{c}`" for c in payload.get("earlier_commands", [])],
              *([""] if payload.get("earlier_commands") else []),
@@ -179,19 +183,20 @@ def report(payload: dict[str, Any]) -> str:
                              f"{it['tokens']:.1f} | {kept} | {refused} |")
     picked = [(variant, seed, it) for variant, seeds in payload["runs"].items()
               for seed, run in sorted(seeds.items(), key=lambda kv: int(kv[0])) for it in run["iterations"]
-              if it.get("pair_picks")]
+              if it.get("pair_picks") or (it.get("sft_picks") and variant.startswith("isft-enumerated"))]
     if picked:
-        lines += ["", "## Which letters the DPO pairs and the held-out picks hold", "",
-                  "The listener's pick letters: in the DPO pairs (every qualifying pair, and the kept ones) and in "
-                  "the 200 held-out games after training (picked, and picked right; right of the games with that "
-                  "target letter, which says where the listener reads the message and where it guesses).", "",
-                  "| variant | seed | iteration | pairs: chosen (kept) | pairs: rejected (kept) | chosen (all qualifying) | "
+        lines += ["", "## Which letters the training picks and the held-out picks hold", "",
+                  "The listener's pick letters: in the DPO pairs (every qualifying pair, and the kept ones) or the "
+                  "iSFT rows (the listener's kept picks; no rejected side), and in the 200 held-out games after "
+                  "training (picked, and picked right; right of the games with that target letter, which says "
+                  "where the listener reads the message and where it guesses).", "",
+                  "| variant | seed | iteration | pairs or rows: chosen (kept) | pairs: rejected (kept) | chosen (all qualifying) | "
                   "held-out: picked | held-out: right | held-out: right of targets |", "|---|---|---|---|---|---|---|---|---|"]
         for variant, seed, it in picked:
-            pp, hp = it["pair_picks"], it.get("heldout_picks", {})
-            fmt = lambda d: " ".join(f"{k}:{v}" for k, v in (d or {}).items())  # noqa: E731
-            lines.append(f"| {variant} | {seed} | {it['iteration']} | {fmt(pp.get('kept chosen'))} | "
-                         f"{fmt(pp.get('kept rejected'))} | {fmt(pp.get('qualifying chosen'))} | "
+            pp, hp = it.get("pair_picks") or {}, it.get("heldout_picks", {})
+            fmt = lambda d: " ".join(f"{k}:{v}" for k, v in (d or {}).items()) if d else "-"  # noqa: E731
+            lines.append(f"| {variant} | {seed} | {it['iteration']} | {fmt(pp.get('kept chosen') or it.get('sft_picks'))} | "
+                         f"{fmt(pp.get('kept rejected'))} | {fmt(pp.get('qualifying chosen') or it.get('sft_picks'))} | "
                          f"{fmt(hp.get('picked'))} | {fmt(hp.get('right'))} | {right_of_targets(hp)} |")
     if payload.get("evals"):
         lines += ["", "## Evaluations with diagnostics", "",
@@ -209,7 +214,11 @@ def report(payload: dict[str, Any]) -> str:
               "one of `configs/idpo/referential_listener.yaml` (sampled picks), `referential_enumerated.yaml` "
               "(`mcts.enumerate_answers`, every pair kept), `referential_hard_negatives.yaml` (the same, rejecting the "
               "best-valued wrong pick: `pairs.rejected: hardest`) and `referential_all_negatives.yaml` (every wrong "
-              "pick rejected once: `pairs.rejected: all`, 64 trees), all from the shipped pair, with "
+              "pick rejected once: `pairs.rejected: all`, 64 trees), all from the shipped pair; `isft-enumerated` is "
+              "`configs/isft/referential_enumerated.yaml` (one iteration from the shipped pair on training games "
+              "0-511, every pick scored: `generation.enumerate_answers`, listener rows only), and "
+              "`isft-enumerated-round2` the same config from that run's checkpoint on fresh games 512-1023 "
+              "(`--set model.name=<round 1 checkpoint> --set task.train_first_index=512`); all with "
               "`--set run.seed=SEED`; seed 0's iSFT runs also made the untrained baseline evaluation. The run seed "
               "changes the sampling, not the training games: iteration 0 of every iDPO run searched the same first "
               "training games (instances 0-127, or 0-63)."]

@@ -101,3 +101,16 @@ def test_held_out_picks_are_counted_per_target_letter(tmp_path):
     assert picks == {"picked": {"A": 3, "B": 1, "C": 1}, "right": {"A": 2, "C": 1}, "targets": {"A": 2, "C": 2, "D": 1}}
     assert game_training.right_of_targets(picks) == "A:2/2 C:1/2 D:0/1"
     assert game_training.right_of_targets({"right": {"A": 1}}) == ""
+
+
+def test_an_isft_stage_counts_the_listeners_kept_picks(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    stage = tmp_path / "iter_000"
+    (stage / "selection").mkdir(parents=True)
+    rows = [{"agent": agent, "messages": [{"role": "system", "content": "..."}, {"role": "assistant", "content": reply}]}
+            for agent, reply in [("bob", "<A>C</A>"), ("bob", "<A>C</A>"), ("bob", "<A>E</A>"),
+                                 ("alice", "<A>A</A>"), ("bob", "Which one?")]]
+    pq.write_table(pa.Table.from_pylist(rows), stage / "selection" / "sft.parquet")
+    assert game_training.pick_counts(stage) == {"sft_picks": {"C": 2, "E": 1, "other": 1}}
