@@ -73,6 +73,15 @@ class SampledDialogues(IterativeTrainer[S]):
     def _eval_max_live(self) -> int | None:
         return self.config.sampler.max_live
 
+    def _train_indices(self, it: int) -> range:
+        """The training questions iteration `it` samples (the same every iteration unless the
+        config says otherwise through its own `train_indices`)."""
+        own = getattr(self.config, "train_indices", None)
+        if own is not None:
+            return own(it)
+        t = self.config.task
+        return range(t.train_first_index, t.train_first_index + t.train_questions)
+
     def _sample_dialogues(self, folder: Path, it: int, *, per_question: int, sampling: Any,
                           options: Mapping[str, Any] | None = None,
                           expand: Callable[[list[Any], Any], list[Any]] | None = None
@@ -88,7 +97,7 @@ class SampledDialogues(IterativeTrainer[S]):
         constrained = constrains(g.constrained_answers, it)
         specs = [EpisodeSpec(seed=derive_seed(cfg.run.seed, it, q, j), index=q, options=dict(options or {}),
                              constrain_answers=constrained)
-                 for q in range(t.train_first_index, t.train_first_index + t.train_questions)
+                 for q in self._train_indices(it)
                  for j in range(per_question)]
         env = optima_envs.make(t.env_id, **self._env_kwargs(t.train_kwargs()))
         policy = per_agent(self._policy_for(self.model_before(it), sampling), sampling,

@@ -50,6 +50,9 @@ class GenerationSection(RolloutSamplerSection):
     top_p: float = field(default=1.0, metadata=_help("Nucleus sampling threshold of training dialogues."))
     format_pool_first_iteration: bool = field(default=True, metadata=_help(
         "Iteration 0 samples with a format-diverse instruction (reset option format_instruction='sample')."))
+    new_questions_each_iteration: bool = field(default=False, metadata=_help(
+        "Iteration i samples questions task.train_first_index + i * task.train_questions onwards, so each "
+        "iteration trains on games it has not seen; false: the same questions every iteration."))
     enumerate_answers: bool = field(default=False, metadata=_help(
         "Score each sampled dialogue once per answer move, its last turn replaced by each (tasks with a closed set "
         "of moves whose answer ends the dialogue, Task.answer_options: a game's picks), so selection finds the "
@@ -154,4 +157,14 @@ class ISFTConfig:
         return [isft_stage(self, self.generation, self.train, "train", self.task.train_questions)]
 
     def __post_init__(self) -> None:
-        check_question_ranges(self.task, self.eval, self.task.train_first_index, self.task.train_questions, span="")
+        fresh = self.generation.new_questions_each_iteration
+        check_question_ranges(self.task, self.eval, self.task.train_first_index,
+                              self.task.train_questions * (self.run.iterations if fresh else 1),
+                              span=" (over all iterations)" if fresh else "")
+
+    def train_indices(self, iteration: int) -> range:
+        """The instance indices of the questions sampled in `iteration`."""
+        start = self.task.train_first_index
+        if self.generation.new_questions_each_iteration:
+            start += iteration * self.task.train_questions
+        return range(start, start + self.task.train_questions)

@@ -69,6 +69,20 @@ class TestConfig:
         with pytest.raises(ConfigError, match=re.escape(message)):
             load_config(ISFTConfig, None, [override])
 
+    def test_fresh_questions_each_iteration(self):
+        same = load_config(ISFTConfig, None, ["task.train_questions=8", "run.iterations=3"])
+        fresh = load_config(ISFTConfig, None, ["task.train_questions=8", "run.iterations=3", "task.train_first_index=4",
+                                               "generation.new_questions_each_iteration=true"])
+        assert [same.train_indices(i) for i in (0, 2)] == [range(0, 8), range(0, 8)]
+        assert [fresh.train_indices(i) for i in (0, 1, 2)] == [range(4, 12), range(12, 20), range(20, 28)]
+        assert ISFTTrainer(fresh)._train_indices(1) == range(12, 20)
+        # the iterations together must stay clear of the held-out questions of the same split
+        overlap = ["task.eval_env_kwargs={split: train}", "task.eval_first_index=20", "eval.episodes=4",
+                   "task.train_questions=8", "run.iterations=3"]
+        load_config(ISFTConfig, None, overlap)
+        with pytest.raises(ConfigError, match=re.escape("training questions 0..23 (over all iterations)")):
+            load_config(ISFTConfig, None, [*overlap, "generation.new_questions_each_iteration=true"])
+
     def test_missing_file_and_bad_override(self, tmp_path):
         with pytest.raises(ConfigError, match="does not exist"):
             load_config(ISFTConfig, tmp_path / "nope.yaml")

@@ -97,7 +97,8 @@ def test_each_sampler_section_keeps_its_yaml_keys():
     rollout = shared | {"temperature", "max_new_tokens", "constrained_answers", "max_live", "scheduling", "max_inflight"}
     assert _keys(SamplerSection) == shared and _keys(RolloutSamplerSection) == rollout
     assert _keys(GenerationSection) == rollout | {"samples_per_question", "agent_temperatures", "top_p",
-                                                  "format_pool_first_iteration", "enumerate_answers"}
+                                                  "format_pool_first_iteration", "enumerate_answers",
+                                                  "new_questions_each_iteration"}
     assert _keys(GRPOGenerationSection) == rollout | {"group_size"}
     assert _keys(SearchSection) == shared | {"questions", "new_questions_each_iteration", "min_kept_pairs",
                                              "round_trees"}
