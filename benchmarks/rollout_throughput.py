@@ -27,7 +27,10 @@ the reference implementation's way of generating):
   hf-batched            transformers through the lock-step engine (chunked by --batch-size)
   engine-llamacpp-W     the engine with in-process llama.cpp (`LlamaCppPolicy`, weight type W), in
                         lock step (the policy has no `submit`); `--batch-size` parallel sequences,
-                        `--llamacpp-ctx` KV cells; `engine_overhead` as for engine-vllm-lockstep
+                        each in its own KV stream; `engine_overhead` as for engine-vllm-lockstep
+  engine-llamacpp-unified-W  the same with one unified KV buffer for all sequences
+                        (`kv_unified=True`), where every token's attention spans every sequence's
+                        cells: the split/unified ratio is what the per-sequence streams buy
   reference-style-llamacpp-W  the reference-style pool of `--ref-threads` threads on the same
                         llama.cpp policy; since that policy is in-process, a micro-batcher stands in
                         for the server: it gathers the requests the threads are waiting on into one
@@ -37,10 +40,10 @@ the reference implementation's way of generating):
 `engine-llamacpp` and `reference-style-llamacpp` in `--backends` expand to one path per weight
 type of `--llamacpp-weights` (q4_1, the registry's shipped GGUF, by default; q8_0, f16, f32 are
 exported from the model folder on first use); each row records the backend and the weight type
-(`backend`, `weights`, `gguf`) that ran. `--dtype` does not apply to them. `--llamacpp-ctx`
-(32768) is the KV cells the parallel sequences share: room for 64 sequences of the longest
-prompt of this workload (a fourth turn, about 400 tokens) plus its reply, so admission by KV
-budget does not cap the batch; more costs time, since each `act` clears the whole cache.
+(`backend`, `weights`, `gguf`) that ran. `--dtype` does not apply to them. KV cells: the
+policy's default of 2,048 per sequence's stream, and 32,768 for the unified buffer (room for 64
+sequences of the longest prompt of this workload, a fourth turn of about 400 tokens, plus its
+reply, so admission by KV budget does not cap the batch).
 `--ref-window-ms` (50) is how long the micro-batcher waits for one more request before sending
 a batch that is not full.
 
@@ -119,7 +122,7 @@ class Workload:
     inflight: int = 256
     kv_cache_gib: float = 4.0
     enforce_eager: bool = False
-    llamacpp_ctx: int = 32768
+    llamacpp_ctx: int | None = None  # None: the policy's 2,048 cells per sequence; 32,768 when unified
     ref_window_ms: float = 50.0
 
     def specs(self) -> list[Any]:
@@ -569,7 +572,9 @@ def run_thread_pool(w: Workload, act_one: Callable[[Any], Any], *, before: Calla
 #: Weight types the llama.cpp paths run (`--llamacpp-weights`): each is its own result row.
 LLAMACPP_WEIGHTS = ("q4_1", "q8_0", "f16", "f32")
 #: Path families that `--llamacpp-weights` expands into one path per weight type.
-LLAMACPP_FAMILIES = ("engine-llamacpp", "reference-style-llamacpp")
+LLAMACPP_FAMILIES = ("engine-llamacpp", "engine-llamacpp-unified", "reference-style-llamacpp")
+#: KV cells of the unified buffer when `--llamacpp-ctx` is not given.
+UNIFIED_CELLS = 32768
 
 
 def expand_paths(names: list[str], weights: list[str]) -> list[str]:
@@ -586,17 +591,20 @@ def expand_paths(names: list[str], weights: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def llamacpp_policy(w: Workload, weights: str) -> Any:
+def llamacpp_policy(w: Workload, weights: str, *, kv_unified: bool = False) -> Any:
     """The LlamaCppPolicy with `weights`, `w.batch_size` parallel sequences and `w.llamacpp_ctx` KV
-    cells; one llama.cpp model is kept at a time (loading another closes the previous one)."""
+    cells (split streams, or one unified buffer); one llama.cpp model is kept at a time (loading
+    another closes the previous one)."""
     from optima_agents.policies.llamacpp import LlamaCppPolicy
 
-    key = ("llamacpp", w.model, weights, w.batch_size, w.threads, w.llamacpp_ctx)
+    n_ctx = w.llamacpp_ctx or (UNIFIED_CELLS if kv_unified else None)
+    key = ("llamacpp", w.model, weights, w.batch_size, w.threads, n_ctx, kv_unified)
     if key not in _POLICY_CACHE:
         for other in [k for k in _POLICY_CACHE if k[0] == "llamacpp"]:
             _POLICY_CACHE.pop(other).close()
         _POLICY_CACHE[key] = LlamaCppPolicy(w.model, sampling=w.sampling(), weights=weights,
-                                            batch_size=w.batch_size, n_ctx=w.llamacpp_ctx, num_threads=w.threads)
+                                            batch_size=w.batch_size, n_ctx=n_ctx, num_threads=w.threads,
+                                            kv_unified=kv_unified)
     return _POLICY_CACHE[key]
 
 
@@ -606,15 +614,16 @@ def llamacpp_settings(policy: Any) -> dict[str, Any]:
     return {"backend": identity["backend"], "weights": identity["weights"]["type"],
             "weights_source": identity["weights"]["source"], "gguf": Path(identity["weights"]["file"]).name,
             "parallel_sequences": identity["parallel_sequences"], "n_ctx": identity["n_ctx"],
+            "kv_unified": identity["kv_unified"],
             "llama_threads": identity["threads"], "llama_cpp_version": identity["llama_cpp_version"]}
 
 
-def run_engine_llamacpp(w: Workload, weights: str) -> PathResult:
+def run_engine_llamacpp(w: Workload, weights: str, *, kv_unified: bool = False) -> PathResult:
     """The engine with in-process llama.cpp (`LlamaCppPolicy`), in lock step (the policy has no
     `submit`): one `act` per turn of every live episode, decoded as parallel sequences with
     continuous batching inside the call. `engine_overhead` is the share of the wall time spent
     outside `act` (env steps, engine bookkeeping)."""
-    policy = llamacpp_policy(w, weights)
+    policy = llamacpp_policy(w, weights, kv_unified=kv_unified)
     calls: list[float] = []
     act = policy.act
 
@@ -694,6 +703,8 @@ PATHS: dict[str, Callable[[Workload], PathResult]] = {
     "hf-sequential": run_hf_sequential,
     "hf-batched": run_hf_batched,
     **{f"engine-llamacpp-{kind}": partial(run_engine_llamacpp, weights=kind) for kind in LLAMACPP_WEIGHTS},
+    **{f"engine-llamacpp-unified-{kind}": partial(run_engine_llamacpp, weights=kind, kv_unified=True)
+       for kind in LLAMACPP_WEIGHTS},
     **{f"reference-style-llamacpp-{kind}": partial(run_reference_style_llamacpp, weights=kind)
        for kind in LLAMACPP_WEIGHTS},
 }
@@ -733,6 +744,10 @@ def llamacpp_ratios(tps: dict[str, float | None]) -> dict[str, float]:
     best = max((v for v in engine.values() if v), default=None)
     if best and tps.get("engine-vllm"):
         out["engine_llamacpp_over_vllm"] = round(best / tps["engine-vllm"], 3)
+    for kind in LLAMACPP_WEIGHTS:
+        if engine[kind] and tps.get(f"engine-llamacpp-unified-{kind}"):
+            out[f"engine_llamacpp_{kind}_split_over_unified"] = round(
+                engine[kind] / tps[f"engine-llamacpp-unified-{kind}"], 3)
     return out
 
 
@@ -812,8 +827,8 @@ def markdown(payload: dict[str, Any], *, command: str) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default=DEFAULT_PATHS,
-                        help=f"comma-separated: {', '.join([*PATHS, *LLAMACPP_FAMILIES])} (the last two: one path "
-                             "per --llamacpp-weights type)")
+                        help=f"comma-separated: {', '.join([*PATHS, *LLAMACPP_FAMILIES])} (the last three: one "
+                             "path per --llamacpp-weights type)")
     parser.add_argument("--llamacpp-weights", default="q4_1",
                         help=f"comma-separated weight types the llama.cpp paths run: {', '.join(LLAMACPP_WEIGHTS)}")
     parser.add_argument("--results-dir", type=Path, default=None,

@@ -88,7 +88,10 @@ class LlamaCppPolicy:
             to a `.gguf` file, or "auto": the shipped file for a registry base model, F16 for any
             other folder (see the parity table above). Ignored when `model` is a `.gguf` file.
         batch_size (int, *optional*, defaults to 32): the most sequences decoded together.
-        n_ctx (int, *optional*, defaults to 16384): KV cells shared by the sequences.
+        n_ctx (int, *optional*): KV cells in all (None: 2048 per sequence, or 16384 with
+            `kv_unified`); each sequence gets `n_ctx / batch_size` of them unless `kv_unified`.
+        kv_unified (bool, *optional*, defaults to False): one KV buffer for all sequences instead
+            of one stream each (`llamacpp_engine` says why split is the default).
         n_batch (int, *optional*, defaults to 2048): the most tokens per llama.cpp decode call.
         num_threads (int, *optional*): CPU threads; None: every core this process may use.
         chat_format (ChatFormat, *optional*): how transcripts become chat messages.
@@ -110,8 +113,9 @@ class LlamaCppPolicy:
         sampling: SamplingParams = SamplingParams(),
         weights: str = "auto",
         batch_size: int = 32,
-        n_ctx: int = 16384,
+        n_ctx: int | None = None,
         n_batch: int = 2048,
+        kv_unified: bool = False,
         num_threads: int | None = None,
         chat_format: ChatFormat = DEFAULT_CHAT_FORMAT,
         home: str | None = None,
@@ -144,7 +148,7 @@ class LlamaCppPolicy:
             generation_eos = _generation_eos(Path(self.model_path))
         self.stop_token_ids = sorted({i for i in [self.tokenizer.eos_token_id, *generation_eos] if i is not None})
         self.engine = LlamaCppEngine(self.weights.path, n_seq_max=batch_size, n_ctx=n_ctx, n_batch=n_batch,
-                                     n_threads=num_threads, verbose=verbose)
+                                     n_threads=num_threads, kv_unified=kv_unified, verbose=verbose)
         mismatch = vocabulary_mismatch(self.tokenizer, self.engine.n_vocab, self.engine.token_text)
         if mismatch:
             self.engine.close()
@@ -203,6 +207,7 @@ class LlamaCppPolicy:
             "llama_cpp_version": llama_cpp.__version__,
             "parallel_sequences": self.engine.n_seq_max if self.engine else None,
             "n_ctx": self.engine.n_ctx if self.engine else None,
+            "kv_unified": self.engine.kv_unified if self.engine else None,
             "threads": self.engine.n_threads if self.engine else None,
             "sampling": self.sampling.to_dict(),
             "chat_format": self.chat_format.to_dict(),

@@ -6,16 +6,21 @@ This module uses the low-level binding (`llama_cpp.llama_cpp`: `llama_batch`, `l
 `llama_get_logits_ith`, `llama_memory_seq_rm`), which is llama.cpp's own parallel decoding, as in
 its `examples/parallel` and the server's slots:
 
-- **One context, many sequences.** The context holds up to `n_seq_max` sequences in one
-  *unified* KV cache of `n_ctx` cells (`kv_unified`): a short reply's cells go back to the pool
-  when it ends instead of sitting in a fixed per-slot share.
+- **One context, many sequences, one KV stream each.** The context holds up to `n_seq_max`
+  sequences, each in its own KV stream of `n_ctx / n_seq_max` cells (llama.cpp's split mode,
+  `kv_unified=False`). In a *unified* cache (`kv_unified=True`) every sequence's tokens sit in one
+  buffer that the attention views whole, so each decoded token also attends, masked, over every
+  other sequence's cells: with 32 or 64 independent dialogues that is most of the attention's
+  work. Unified mode is kept as an option: it lets one long sequence use the cells short ones do
+  not.
 - **Continuous batching.** Every `llama_decode` call carries one new token of every sequence
   that is generating plus as much of the waiting prompts as fits in `n_batch` tokens (prompts
   may be split across calls). A sequence that finishes frees its slot and its KV cells at once,
   and the next waiting job takes them in the same loop, so the batch stays full until the queue
   runs dry.
 - **Admission by KV budget.** A job is admitted only when its prompt plus its reply limit fits in
-  the cells not promised to running jobs, so a decode never runs out of room halfway.
+  the cells not promised to running jobs (unified mode; in split mode every sequence owns its
+  stream), so a decode never runs out of room halfway.
 - **Logits only where needed.** Only each sequence's last prompt token and its generated tokens
   ask for logits, so a long prefill computes no vocabulary projection for the rest.
 
@@ -35,7 +40,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["Job", "LlamaCppEngine", "default_threads"]
+__all__ = ["CELLS_PER_SEQUENCE", "Job", "LlamaCppEngine", "UNIFIED_CELLS", "default_threads"]
+
+#: Default KV cells of one sequence's stream (split mode), and of the whole unified cache.
+CELLS_PER_SEQUENCE = 2048
+UNIFIED_CELLS = 16384
 
 
 def default_threads() -> int:
@@ -78,10 +87,13 @@ class LlamaCppEngine:
     Args:
         path: the GGUF file.
         n_seq_max: the most sequences decoded together (llama.cpp allows up to 256).
-        n_ctx: KV cells shared by all sequences (16384 by default: about 380 MB of float16 cache
-            for SmolLM2-135M; jobs wait for cells when their prompts are long).
+        n_ctx: KV cells in all (None: 2048 per sequence in split mode, 16384 unified; 2048 cells
+            are about 47 MB of float16 cache for SmolLM2-135M). In split mode each sequence gets
+            `n_ctx / n_seq_max` of them, the longest prompt plus reply a job may have.
         n_batch: the most tokens per `llama_decode` call (at least `n_seq_max`).
         n_threads: CPU threads (None: `default_threads()`).
+        kv_unified: one KV buffer for all sequences (see the module docstring) instead of one
+            stream per sequence.
         verbose: let llama.cpp print its load and context logs to stderr.
 
     Raises:
@@ -89,8 +101,8 @@ class LlamaCppEngine:
         RuntimeError: llama.cpp cannot load the file or create the context.
     """
 
-    def __init__(self, path: Path, *, n_seq_max: int = 32, n_ctx: int = 16384, n_batch: int = 2048,
-                 n_threads: int | None = None, verbose: bool = False):
+    def __init__(self, path: Path, *, n_seq_max: int = 32, n_ctx: int | None = None, n_batch: int = 2048,
+                 n_threads: int | None = None, kv_unified: bool = False, verbose: bool = False):
         import llama_cpp as lc
 
         logging.getLogger("llama-cpp-python").setLevel(logging.DEBUG if verbose else logging.ERROR)
@@ -108,13 +120,16 @@ class LlamaCppEngine:
         self.n_ctx_train = int(lc.llama_model_n_ctx_train(self.model))
         self.n_seq_max = n_seq_max
         self.n_batch = max(n_batch, n_seq_max)
+        if n_ctx is None:
+            n_ctx = UNIFIED_CELLS if kv_unified else CELLS_PER_SEQUENCE * n_seq_max
+        self.kv_unified = kv_unified
         ctx_params = lc.llama_context_default_params()
         ctx_params.n_ctx = n_ctx
         ctx_params.n_batch = self.n_batch
         ctx_params.n_ubatch = min(512, self.n_batch)
         ctx_params.n_seq_max = n_seq_max
         ctx_params.n_threads = ctx_params.n_threads_batch = self.n_threads
-        ctx_params.kv_unified = True
+        ctx_params.kv_unified = kv_unified
         ctx_params.no_perf = True
         self.ctx = lc.llama_init_from_model(self.model, ctx_params)
         if not self.ctx:
@@ -123,6 +138,7 @@ class LlamaCppEngine:
             raise RuntimeError(f"llama.cpp could not create a context of {ctx_params.n_ctx} cells for "
                                f"{n_seq_max} sequences (lower n_ctx or batch_size)")
         self.n_ctx = int(lc.llama_n_ctx(self.ctx))
+        self.n_ctx_seq = int(lc.llama_n_ctx_seq(self.ctx))
         self.memory = lc.llama_get_memory(self.ctx)
         self.vocab = lc.llama_model_get_vocab(self.model)
         self.n_vocab = int(lc.llama_vocab_n_tokens(self.vocab))
@@ -136,8 +152,9 @@ class LlamaCppEngine:
 
     @property
     def max_seq_len(self) -> int:
-        """The longest sequence (prompt + reply) one job may have."""
-        return min(self.n_ctx, self.n_ctx_train)
+        """The longest sequence (prompt + reply) one job may have: its stream's cells (all of
+        them, unified), at most the model's training context."""
+        return min(self.n_ctx_seq, self.n_ctx_train)
 
     def token_text(self, token: int) -> str:
         """The vocabulary entry of `token` as the GGUF stores it (byte-level BPE form)."""

@@ -64,7 +64,7 @@ def logits_for(token: int, n_vocab: int = 131) -> np.ndarray:
 class ScriptedEngine:
     """Answers every job with the ids of `reply` then EOS, through the job's own choose/done."""
 
-    n_seq_max, n_ctx, n_threads, max_seq_len = 4, 4096, 1, 64
+    n_seq_max, n_ctx, n_threads, max_seq_len, kv_unified = 4, 4096, 1, 64, False
 
     def __init__(self, reply: str):
         self.reply = [ord(c) + 3 for c in reply] + [2]
@@ -189,6 +189,7 @@ def fake_engine(n_seq_max: int, n_batch: int, n_ctx: int) -> tuple[LlamaCppEngin
                                    seq_id=[[0] for _ in range(size)], logits=[False] * size)
     engine.n_seq_max, engine.n_batch, engine.n_ctx, engine.n_ctx_train, engine.n_vocab = (
         n_seq_max, n_batch, n_ctx, 10_000, 131)
+    engine.n_ctx_seq, engine.kv_unified = n_ctx, True  # one pool of cells, so admission waits for room
     engine.stats = {"decode_calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "peak_sequences": 0}
     return engine, lc
 
@@ -276,6 +277,7 @@ class TestPolicyWithoutLlamaCpp:
         assert ident["backend"] == "llamacpp" and ident["dtype"] == "q8_0"
         assert ident["weights"] == {"type": "q8_0", "source": "converted", "file": "/m/model.q8_0.gguf"}
         assert ident["sampling"] == policy.sampling.to_dict() and ident["parallel_sequences"] == 4
+        assert ident["kv_unified"] is False  # one KV stream per sequence, the default
         other = policy.with_sampling(SamplingParams(temperature=0.5))
         assert other.engine is policy.engine and other.identity()["sampling"]["temperature"] == 0.5
 

@@ -54,6 +54,16 @@ class TestLlamaCppPaths:
             "engine-vllm", "engine-llamacpp-q4_1", "reference-style-llamacpp-q4_1", "engine-llamacpp-f16",
             "reference-style-llamacpp-f16", "vllm-raw"]
 
+    def test_the_unified_family_expands_beside_the_split_one(self):
+        assert expand_paths(["engine-llamacpp", "engine-llamacpp-unified"], ["q4_1"]) == [
+            "engine-llamacpp-q4_1", "engine-llamacpp-unified-q4_1"]
+
+    def test_split_streams_are_compared_with_the_unified_buffer_on_the_same_weights(self):
+        got = ratios({"engine-llamacpp-q4_1": path(150.0), "engine-llamacpp-unified-q4_1": path(100.0),
+                      "engine-llamacpp-unified-f16": path(90.0)})
+        assert got["engine_llamacpp_q4_1_split_over_unified"] == 1.5
+        assert "engine_llamacpp_f16_split_over_unified" not in got  # no split row for f16
+
     def test_a_named_weight_path_and_a_repeated_family_are_kept_once(self):
         names = ["reference-style-llamacpp", "engine-llamacpp-q4_1", "reference-style-llamacpp"]
         assert expand_paths(names, ["q4_1"]) == ["reference-style-llamacpp-q4_1", "engine-llamacpp-q4_1"]
