@@ -574,7 +574,7 @@ LLAMACPP_WEIGHTS = ("q4_1", "q8_0", "f16", "f32")
 #: Path families that `--llamacpp-weights` expands into one path per weight type.
 LLAMACPP_FAMILIES = ("engine-llamacpp", "engine-llamacpp-unified", "reference-style-llamacpp")
 #: KV cells of the unified buffer when `--llamacpp-ctx` is not given.
-UNIFIED_CELLS = 32768
+BENCH_UNIFIED_CELLS = 32768
 
 
 def expand_paths(names: list[str], weights: list[str]) -> list[str]:
@@ -597,7 +597,7 @@ def llamacpp_policy(w: Workload, weights: str, *, kv_unified: bool = False) -> A
     another closes the previous one)."""
     from optima_agents.policies.llamacpp import LlamaCppPolicy
 
-    n_ctx = w.llamacpp_ctx or (UNIFIED_CELLS if kv_unified else None)
+    n_ctx = w.llamacpp_ctx or (BENCH_UNIFIED_CELLS if kv_unified else None)
     key = ("llamacpp", w.model, weights, w.batch_size, w.threads, n_ctx, kv_unified)
     if key not in _POLICY_CACHE:
         for other in [k for k in _POLICY_CACHE if k[0] == "llamacpp"]:

@@ -74,11 +74,8 @@ class SampledDialogues(IterativeTrainer[S]):
         return self.config.sampler.max_live
 
     def _train_indices(self, it: int) -> range:
-        """The training questions iteration `it` samples (the same every iteration unless the
-        config says otherwise through its own `train_indices`)."""
-        own = getattr(self.config, "train_indices", None)
-        if own is not None:
-            return own(it)
+        """The training questions iteration `it` samples: the same every iteration (a loop whose
+        config can give each iteration fresh ones overrides this)."""
         t = self.config.task
         return range(t.train_first_index, t.train_first_index + t.train_questions)
 

@@ -49,6 +49,9 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
         return SamplingParams(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_new_tokens,
                               seed=self.config.run.seed)
 
+    def _train_indices(self, it: int) -> range:
+        return self.config.train_indices(it)  # generation.new_questions_each_iteration
+
     # ------------------------------------------------------------------ steps
     def _generation(self, folder: Path, it: int) -> dict[str, Any]:
         g = self.config.generation
