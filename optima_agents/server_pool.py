@@ -238,13 +238,16 @@ class ReplicaPool:
         return newly_dead
 
     def _mark_dead(self, replica: Replica, code: int | None) -> None:
-        replica.state, replica.exit_code = "dead", code
         tail = replica.server.log_tail(10)
-        replica.server.stop(timeout_s=5.0)  # the API process is gone; its engine children may not be
         how = "was stopped from outside the pool" if code is None else f"exited with code {code}"
+        serving = sum(1 for r in self.replicas if r is not replica and r.state in ("up", "unhealthy"))
+        # Reported before the replica is marked dead (and before the clean-up, which may wait
+        # seconds): whoever sees it dead can also read why.
         logger.warning("replica %d (%s) %s; %d of %d replicas still serving. Log %s ends:\n%s",
-                       replica.index, replica.base_url, how, len(self.alive_urls), len(self.replicas),
+                       replica.index, replica.base_url, how, serving, len(self.replicas),
                        replica.server.log_path, tail)
+        replica.state, replica.exit_code = "dead", code
+        replica.server.stop(timeout_s=5.0)  # the API process is gone; its engine children may not be
 
     def _check_health(self, replica: Replica) -> None:
         if replica.server.healthy(timeout_s=2.0):
