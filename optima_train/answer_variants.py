@@ -22,9 +22,13 @@ from optima_envs.core.types import Message
 from optima_envs.errors import ConfigError
 from optima_envs.scoring import score_response
 
-__all__ = ["answer_variants", "check_enumerable", "enumerate_answers"]
+__all__ = ["ENUMERATED", "answer_variants", "check_enumerable", "enumerate_answers"]
 
 Tokenize = Callable[[str], Sequence[int]]
+
+ENUMERATED = "enumerated"
+"""The `finish_reason` of a last turn written by enumeration, not sampled: no policy made it,
+so it has no log-probs, and a trainer that needs the sampling distribution can tell it apart."""
 
 
 def check_enumerable(task: Task | None, env_id: str) -> Task:
@@ -41,7 +45,7 @@ def check_enumerable(task: Task | None, env_id: str) -> Task:
 def answer_variants(record: Any, task: Task, instance: Any, tokenize: Tokenize) -> list[Any]:
     """`record` once per answer move of `instance`, in `task.answer_options` order: the sampled
     record itself for the move it made, a rescored copy with the last turn replaced for the
-    others. Only a scored record whose last turn is an answer that ended the dialogue has
+    others (its `finish_reason` is `ENUMERATED`). Only a scored record whose last turn is an answer that ended the dialogue has
     variants; any other record comes back alone (`[record]`)."""
     if not record.scored or not record.turns or record.turns[-1].answer is None:
         return [record]
@@ -57,7 +61,7 @@ def answer_variants(record: Any, task: Task, instance: Any, tokenize: Tokenize) 
         ids = tuple(int(i) for i in tokenize(option))
         answer = task.extract(option).answer
         turn = replace(last, text=option, token_ids=ids, num_tokens=len(ids), tokens_exact=True, answer=answer,
-                       finish_reason="stop", truncated=False, logprobs=None)
+                       finish_reason=ENUMERATED, truncated=False, logprobs=None)
         if task.termination(history, _message(turn)) is None:
             continue  # this move would not have ended the dialogue, so its ending is unknown
         result = score_response(option, instance, extractor=task.extract, metric=task.metric)

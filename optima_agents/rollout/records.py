@@ -28,7 +28,8 @@ class TurnRecord:
         num_tokens: the token cost the env charged (exact when `tokens_exact`).
         tokens_exact: True when the cost came from the policy's token ids.
         answer: the answer the task parsed from this message, if any.
-        finish_reason: "stop" or "length" (the policy's).
+        finish_reason: "stop" or "length" (the policy's), or "enumerated" for a final answer
+            written by `optima_train.answer_variants` rather than sampled.
         prompt_tokens: length of the prompt the policy saw (0 when unknown).
         truncated: the env cut the message at `max_message_chars`.
         logprobs: one log-prob per id of `token_ids`, under the distribution the policy drew it

@@ -24,8 +24,13 @@ from typing import Any, Mapping, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat
 from optima_envs.atomic_files import atomic_write_parquet
+from optima_train.answer_variants import ENUMERATED
 from optima_train.examples.masks import Span, TemplateMaskError, assistant_spans, span_index, token_mask
 from optima_train.examples.views import agent_view, speaking_agents
+
+COMPLETE_TURNS = ("stop", ENUMERATED)
+"""Finish reasons of a turn that ended on purpose, so its end marker is trained: a sampled turn
+that stopped, or a final answer written by enumeration (a whole move)."""
 
 __all__ = ["PolicyExample", "policy_examples", "write_policy_rows"]
 
@@ -83,7 +88,7 @@ def _reply_spans(full: str, spans: Sequence[Span], runs: Sequence[Sequence[Any]]
             content.append(((pos, pos + len(turn.text)), turn))
             cursor = pos + len(turn.text)
         last = run[-1]
-        if last.finish_reason == "stop" and not last.truncated:
+        if last.finish_reason in COMPLETE_TURNS and not last.truncated:
             markers.append((cursor, end))
     return content, markers
 

@@ -12,7 +12,7 @@ from optima_agents.policies import ScriptedPolicy
 from optima_agents.rollout import EpisodeSpec, rollout
 from optima_envs.errors import ConfigError
 from optima_envs.tasks.referential import LETTERS, oracle_policies
-from optima_train.answer_variants import answer_variants, enumerate_answers
+from optima_train.answer_variants import ENUMERATED, answer_variants, enumerate_answers
 from optima_train.isft.isft_trainer import sample_positions
 
 GAMES = 6
@@ -63,6 +63,7 @@ class TestAnswerVariants:
                 assert v.turns[:-1] == record.turns[:-1]  # what the listener was told is unchanged
                 if v is not record:
                     assert v.turns[-1].token_ids == tuple(char_ids(v.turns[-1].text))
+                    assert (v.turns[-1].finish_reason, v.turns[-1].logprobs) == (ENUMERATED, None)  # not sampled
                 assert v.total_tokens == sum(t.num_tokens for t in v.turns) == sum(v.agent_tokens.values())
                 assert v.reward_components == {"score": v.score, "tokens": float(v.total_tokens)}
 
