@@ -217,9 +217,9 @@ def report(payload: dict[str, Any]) -> str:
               "pick rejected once: `pairs.rejected: all`, 64 trees), all from the shipped pair; `isft-enumerated` is "
               "`configs/isft/referential_enumerated.yaml` (one iteration from the shipped pair on training games "
               "0-511, every pick scored: `generation.enumerate_answers`, listener rows only), and "
-              "`isft-enumerated-round2` the same config from that run's checkpoint on fresh games 512-1023 "
-              "(`isft-enumerated-round3`: from round 2's checkpoint on games 1024-1535) "
-              "(`--set model.name=<round 1 checkpoint> --set task.train_first_index=512`); all with "
+              "`isft-enumerated-roundN` the same config from round N-1's checkpoint on the next 512 fresh games "
+              "(round 2: games 512-1023, round 3: 1024-1535, round 4: 1536-2047; "
+              "`--set model.name=<round N-1 checkpoint> --set task.train_first_index=512*(N-1)`); all with "
               "`--set run.seed=SEED`; seed 0's iSFT runs also made the untrained baseline evaluation. The run seed "
               "changes the sampling, not the training games: iteration 0 of every iDPO run searched the same first "
               "training games (instances 0-127, or 0-63)."]
