@@ -40,7 +40,8 @@ from optima_agents.models.errors import ModelNotFoundError
 from optima_agents.models.gguf_export import CONVERTED_TYPES, export_gguf
 from optima_agents.models.registry import MODEL_REGISTRY, AdapterSpec, ModelSpec
 
-__all__ = ["WEIGHT_TYPES", "GGUFWeights", "default_weight_type", "gguf_weights", "shipped_gguf", "template_spec"]
+__all__ = ["WEIGHT_TYPES", "GGUFWeights", "default_weight_type", "gguf_lora_file", "gguf_weights", "shipped_gguf",
+           "template_spec"]
 
 #: What `gguf_weights` accepts besides a `.gguf` path.
 WEIGHT_TYPES = ("auto", "q4_1", "shipped", *CONVERTED_TYPES)
@@ -197,6 +198,40 @@ def gguf_weights(model_path: str | Path | None, weights: str, *, home: Path | st
                     if stale != out:
                         stale.unlink(missing_ok=True)
     return GGUFWeights(out, kind, "converted", folder)
+
+
+def gguf_lora_file(lora: Path, weights: GGUFWeights, *, home: Path | str | None = None) -> Path:
+    """The GGUF LoRA file for `lora`: the file itself when it is a `.gguf`, else the PEFT adapter
+    folder converted once (F16) into `<home>/gguf/lora/`, keyed by its weights' hash, against
+    the config of the folder `weights` came from (or its registry base's).
+
+    Raises:
+        ModelNotFoundError: no such file or folder, or no model config to convert against.
+    """
+    lora = lora.expanduser().resolve()
+    if lora.suffix.lower() == ".gguf":
+        if not lora.is_file():
+            raise ModelNotFoundError(f"lora={str(lora)!r}: no such GGUF LoRA file")
+        return lora
+    if not (lora / "adapter_config.json").is_file() or not (lora / "adapter_model.safetensors").is_file():
+        raise ModelNotFoundError(f"lora={str(lora)!r} is neither a .gguf LoRA file nor a PEFT adapter folder "
+                                 "(one with adapter_config.json and adapter_model.safetensors)")
+    if weights.folder is None:
+        raise ModelNotFoundError("a PEFT adapter folder is converted against its base model's config.json; with a "
+                                 "bare .gguf model, convert it first (optima_agents.models.gguf_lora) and pass the file")
+    from filelock import FileLock
+
+    from optima_agents.models.gguf_lora import export_lora_gguf
+
+    digest = hashlib.sha256((lora / "adapter_model.safetensors").read_bytes()).hexdigest()[:16]
+    out = optima_home(home) / "gguf" / "lora" / f"{lora.name}-{digest}.f16.gguf"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(out.parent / ".export.lock"), timeout=_LOCK_TIMEOUT_S):
+            if not out.is_file():
+                config = json.loads((weights.folder / "config.json").read_text(encoding="utf-8"))
+                export_lora_gguf(lora, out, base_config=config, dtype="f16")
+    return out
 
 
 def _export_path(folder: Path, kind: str, home: Path | str | None) -> Path:

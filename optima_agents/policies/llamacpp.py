@@ -92,6 +92,10 @@ class LlamaCppPolicy:
             `kv_unified`); each sequence gets `n_ctx / batch_size` of them unless `kv_unified`.
         kv_unified (bool, *optional*, defaults to False): one KV buffer for all sequences instead
             of one stream each (`llamacpp_engine` says why split is the default).
+        lora (str, *optional*): a LoRA adapter applied over the weights at run time: a GGUF LoRA
+            file, or a PEFT adapter folder (converted once by `gguf_lora.export_lora_gguf`,
+            cached under `<home>/gguf/lora/`). Trained models are served merged instead (see
+            above); this is for adapters made elsewhere and for the measurement that chose.
         n_batch (int, *optional*, defaults to 2048): the most tokens per llama.cpp decode call.
         num_threads (int, *optional*): CPU threads; None: every core this process may use.
         chat_format (ChatFormat, *optional*): how transcripts become chat messages.
@@ -116,6 +120,7 @@ class LlamaCppPolicy:
         n_ctx: int | None = None,
         n_batch: int = 2048,
         kv_unified: bool = False,
+        lora: str | None = None,
         num_threads: int | None = None,
         chat_format: ChatFormat = DEFAULT_CHAT_FORMAT,
         home: str | None = None,
@@ -129,7 +134,7 @@ class LlamaCppPolicy:
         from transformers import AutoTokenizer
 
         from optima_agents.models import resolve_model
-        from optima_agents.models.gguf_store import GGUFWeights, gguf_weights
+        from optima_agents.models.gguf_store import GGUFWeights, gguf_lora_file, gguf_weights
         from optima_agents.policies.llamacpp_engine import LlamaCppEngine
 
         self.sampling = sampling
@@ -147,8 +152,9 @@ class LlamaCppPolicy:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
             generation_eos = _generation_eos(Path(self.model_path))
         self.stop_token_ids = sorted({i for i in [self.tokenizer.eos_token_id, *generation_eos] if i is not None})
+        self.lora = None if lora is None else gguf_lora_file(Path(lora), self.weights, home=home)
         self.engine = LlamaCppEngine(self.weights.path, n_seq_max=batch_size, n_ctx=n_ctx, n_batch=n_batch,
-                                     n_threads=num_threads, kv_unified=kv_unified, verbose=verbose)
+                                     n_threads=num_threads, kv_unified=kv_unified, lora=self.lora, verbose=verbose)
         mismatch = vocabulary_mismatch(self.tokenizer, self.engine.n_vocab, self.engine.token_text)
         if mismatch:
             self.engine.close()
@@ -196,7 +202,7 @@ class LlamaCppPolicy:
 
         from optima_agents.policies.hf import _revision
 
-        return {
+        identity = {
             "backend": "llamacpp",
             "model": self.model_name,
             "model_path": self.model_path,
@@ -212,6 +218,9 @@ class LlamaCppPolicy:
             "sampling": self.sampling.to_dict(),
             "chat_format": self.chat_format.to_dict(),
         }
+        if self.lora is not None:  # only then, so identities without an adapter stay as they were
+            identity["lora"] = str(self.lora)
+        return identity
 
     def with_sampling(self, sampling: SamplingParams) -> "LlamaCppPolicy":
         """A policy sharing this one's model and context, with other sampling settings."""

@@ -96,15 +96,18 @@ class LlamaCppEngine:
         n_threads: CPU threads (None: `default_threads()`).
         kv_unified: one KV buffer for all sequences (see the module docstring) instead of one
             stream per sequence.
+        lora: a GGUF LoRA adapter file (`gguf_lora.export_lora_gguf`) applied over the model at
+            scale 1 (llama.cpp frees it with the model).
         verbose: let llama.cpp print its load and context logs to stderr.
 
     Raises:
         ImportError: llama-cpp-python is not installed.
-        RuntimeError: llama.cpp cannot load the file or create the context.
+        RuntimeError: llama.cpp cannot load the file, create the context or apply the LoRA.
     """
 
     def __init__(self, path: Path, *, n_seq_max: int = 32, n_ctx: int | None = None, n_batch: int = 2048,
-                 n_threads: int | None = None, kv_unified: bool = False, verbose: bool = False):
+                 n_threads: int | None = None, kv_unified: bool = False, lora: Path | None = None,
+                 verbose: bool = False):
         import llama_cpp as lc
 
         logging.getLogger("llama-cpp-python").setLevel(logging.DEBUG if verbose else logging.ERROR)
@@ -139,6 +142,9 @@ class LlamaCppEngine:
             self.model = None
             raise RuntimeError(f"llama.cpp could not create a context of {ctx_params.n_ctx} cells for "
                                f"{n_seq_max} sequences (lower n_ctx or batch_size)")
+        self.lora = None if lora is None else Path(lora)
+        if self.lora is not None:
+            self._apply_lora(self.lora)
         self.n_ctx = int(lc.llama_n_ctx(self.ctx))
         self.n_ctx_seq = int(lc.llama_n_ctx_seq(self.ctx))
         self.memory = lc.llama_get_memory(self.ctx)
@@ -151,6 +157,19 @@ class LlamaCppEngine:
         # Counters since load: decode calls, prompt tokens fed, tokens generated, and the most
         # sequences decoded together.
         self.stats = {"decode_calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "peak_sequences": 0}
+
+    def _apply_lora(self, path: Path) -> None:
+        import ctypes
+
+        lc = self._lc
+        adapter = lc.llama_adapter_lora_init(self.model, str(path).encode())
+        if not adapter or lc.llama_set_adapters_lora(
+                self.ctx, (lc.llama_adapter_lora_p_ctypes * 1)(adapter), 1, (ctypes.c_float * 1)(1.0)) != 0:
+            lc.llama_free(self.ctx)
+            lc.llama_model_free(self.model)
+            self.ctx = self.model = None
+            raise RuntimeError(f"llama.cpp could not apply the LoRA adapter {path} over {self.path} (not a GGUF "
+                               "LoRA of this model? run with verbose=True to see why)")
 
     @property
     def max_seq_len(self) -> int:

@@ -453,6 +453,73 @@ class TestGGUFExport:
             gguf_weights("org/model", "f16")
 
 
+class TestGGUFLora:
+    @pytest.fixture
+    def tiny_adapter(self, tiny_llama, tmp_path) -> tuple[Path, dict, dict]:
+        """A rank-4 LoRA (random A and B) over the tiny Llama: its folder, base config and
+        the merged model's state dict."""
+        import json
+
+        from peft import LoraConfig, get_peft_model
+        from transformers import LlamaForCausalLM
+
+        folder, _, _ = tiny_llama
+        model = get_peft_model(LlamaForCausalLM.from_pretrained(folder), LoraConfig(
+            r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
+        model.save_pretrained(tmp_path / "adapter")
+        merged = {k: v.detach().numpy() for k, v in model.merge_and_unload().state_dict().items()}
+        return tmp_path / "adapter", json.loads((folder / "config.json").read_text()), merged
+
+    def test_factors_are_named_shaped_and_permuted_as_llama_cpp_reads_them(self, tiny_llama, tiny_adapter, tmp_path):
+        """Each factor sits under its base tensor's GGUF name; scale * B @ A, un-permuted the way
+        transformers reads a GGUF, is exactly the update PEFT merges."""
+        import gguf
+        from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
+
+        from optima_agents.models.gguf_lora import export_lora_gguf
+
+        _, _, base = tiny_llama
+        adapter, config, merged = tiny_adapter
+        reader = gguf.GGUFReader(export_lora_gguf(adapter, tmp_path / "lora.gguf", base_config=config, dtype="f32"))
+        assert reader.fields["general.type"].contents() == "adapter"
+        assert reader.fields["general.architecture"].contents() == "llama"
+        assert (reader.fields["adapter.type"].contents(), reader.fields["adapter.lora.alpha"].contents()) == ("lora", 8.0)
+        tensors = {t.name: np.array(t.data) for t in reader.tensors}
+        assert len(tensors) == 2 * 2 * 7  # A and B of 7 linear layers in each of 2 blocks
+        undo = LlamaTensorProcessor(config={})._reverse_permute_weights
+        for block, gguf_name, hf_name, heads in ((1, "attn_q", "self_attn.q_proj", (4, 4)),
+                                                 (0, "attn_k", "self_attn.k_proj", (4, 2)),
+                                                 (1, "ffn_down", "mlp.down_proj", None)):
+            a, b = (tensors[f"blk.{block}.{gguf_name}.weight.lora_{x}"] for x in "ab")
+            assert a.shape[0] == b.shape[1] == 4  # rank x in, out x rank
+            update = 2.0 * b @ a  # alpha / r
+            if heads:
+                update = undo(update, *heads)
+            key = f"model.layers.{block}.{hf_name}.weight"
+            np.testing.assert_allclose(update, merged[key] - base[key], atol=1e-5)
+
+    def test_an_adapter_llama_cpp_cannot_apply_is_refused(self, tiny_adapter, tmp_path):
+        import json
+
+        from optima_agents.models.gguf_lora import export_lora_gguf
+
+        adapter, config, _ = tiny_adapter
+        settings = json.loads((adapter / "adapter_config.json").read_text())
+        (adapter / "adapter_config.json").write_text(json.dumps({**settings, "use_dora": True}))
+        with pytest.raises(ModelPullError, match=re.escape("llama.cpp applies plain LoRA only, and this adapter "
+                                                           "sets ['use_dora']; merge it into the base")):
+            export_lora_gguf(adapter, tmp_path / "lora.gguf", base_config=config)
+
+    def test_a_lora_that_is_neither_file_nor_adapter_folder_is_refused(self, tmp_path):
+        from optima_agents.models.gguf_store import GGUFWeights, gguf_lora_file
+
+        weights = GGUFWeights(tmp_path / "m.gguf", "f16", "converted", tmp_path)
+        with pytest.raises(ModelNotFoundError, match="is neither a .gguf LoRA file nor a PEFT adapter folder"):
+            gguf_lora_file(tmp_path, weights)
+        with pytest.raises(ModelNotFoundError, match="no such GGUF LoRA file"):
+            gguf_lora_file(tmp_path / "missing.gguf", weights)
+
+
 # ---------------------------------------------------------------------------- the real thing
 @pytest.mark.model
 @pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install 'optima[llamacpp]')")
@@ -480,3 +547,30 @@ def test_plays_a_synth_hop_episode_on_the_embedded_model(embedded_model_dir, smo
                 assert smollm_tokenizer.decode(list(turn.token_ids)) == turn.text or turn.truncated
     finally:
         policy.close()
+
+
+@pytest.mark.model
+@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install 'optima[llamacpp]')")
+def test_a_peft_adapter_as_a_gguf_lora_replies_as_the_merged_model(embedded_model_dir):
+    """The shipped referential adapter applied by llama.cpp over the F16 base gives the merged
+    model's greedy replies (F16 both ways), and the policy's identity names the adapter."""
+    import optima_envs
+    from optima_agents.models.registry import get_model_spec
+
+    env = optima_envs.make("referential-game", split="validation")
+    requests = []
+    for i in range(4):
+        observations, _ = env.reset(seed=i, options={"index": i})
+        requests.append(TurnRequest(env.current_speaker, observations[env.current_speaker], seed=i))
+    spec = get_model_spec("smollm2-135m-referential")
+    common = dict(weights="f16", batch_size=4, num_threads=1, sampling=SamplingParams(max_new_tokens=16))
+    merged = LlamaCppPolicy(spec.name, **common)
+    lora = LlamaCppPolicy(spec.base, lora=str(spec.adapter_dir), **common)
+    try:
+        assert lora.identity()["lora"].endswith(".f16.gguf") and "lora" not in merged.identity()
+        replies = [p.act(requests) for p in (merged, lora)]
+        assert [a.token_ids for a in replies[0]] == [a.token_ids for a in replies[1]]
+        assert all(a.text for a in replies[0])
+    finally:
+        merged.close()
+        lora.close()
