@@ -86,7 +86,7 @@ def scripted_policy(reply: str, sampling: SamplingParams = SamplingParams(max_ne
     """A LlamaCppPolicy around a scripted engine and the character tokenizer (nothing loaded)."""
     policy = object.__new__(LlamaCppPolicy)
     policy.sampling, policy.chat_format = sampling, DEFAULT_CHAT_FORMAT
-    policy.model_name, policy.model_path = "fake", None
+    policy.model_name, policy.model_path, policy.lora = "fake", None, None
     policy.weights = SimpleNamespace(weight_type="q8_0", source="converted", path=Path("/m/model.q8_0.gguf"))
     policy.tokenizer, policy.stop_token_ids = CharTokenizer(), [2]
     policy.engine = ScriptedEngine(reply)
