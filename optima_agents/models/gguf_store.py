@@ -217,8 +217,9 @@ def gguf_lora_file(lora: Path, weights: GGUFWeights, *, home: Path | str | None 
         raise ModelNotFoundError(f"lora={str(lora)!r} is neither a .gguf LoRA file nor a PEFT adapter folder "
                                  "(one with adapter_config.json and adapter_model.safetensors)")
     if weights.folder is None:
-        raise ModelNotFoundError("a PEFT adapter folder is converted against its base model's config.json; with a "
-                                 "bare .gguf model, convert it first (optima_agents.models.gguf_lora) and pass the file")
+        raise ModelNotFoundError("a PEFT adapter folder is converted against its base model's config.json; with "
+                                 "a bare .gguf model, convert it first (optima_agents.models.gguf_lora) and pass "
+                                 "the file")
     from filelock import FileLock
 
     from optima_agents.models.gguf_lora import export_lora_gguf

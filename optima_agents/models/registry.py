@@ -128,6 +128,14 @@ _SPECS = (
         adapter_dir=ADAPTERS_DIR / "smollm2-135m-referential",
         adapter_sha256="e4f795e934b7fef09807af74ea09c475d2c4e8064a08af55e32b08678735442c",
     ),
+    AdapterSpec(
+        name="smollm2-135m-referential-listener",
+        base="smollm2-135m",
+        description="smollm2-135m-referential whose listener was then trained on 2,048 more games (4 rounds of "
+                    "iSFT on every pick); the speaker names the target, the listener reads it (provenance.json)",
+        adapter_dir=ADAPTERS_DIR / "smollm2-135m-referential-listener",
+        adapter_sha256="57d92610e6e8ec3e3f554aa0d193e446ec016774ed4c3971a2f55463a7b0e904",
+    ),
 )
 
 # The one mutable dict behind the read-only view. Only tests touch it, with

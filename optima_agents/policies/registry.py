@@ -120,7 +120,8 @@ for _spec in (
                 summary="OpenAI-compatible servers (base_urls)", options=frozenset({"base_urls"}),
                 loads_weights=False, install="pip install httpx"),
     BackendSpec("llamacpp", "optima_agents.policies.llamacpp:LlamaCppPolicy",
-                summary="llama.cpp, in-process, on a GGUF file (backend_kwargs: weights=auto|q4_1|f16|f32|q8_0)",
+                summary="llama.cpp, in-process, on a GGUF file "
+                        "(backend_kwargs: weights=auto|q4_1|f16|f32|q8_0, lora=PATH)",
                 options=frozenset({"batch_size"}),
                 install="pip install 'optima[llamacpp]' (builds llama-cpp-python from source)"),
     BackendSpec("auto", "optima_agents.policies.auto:auto_policy",

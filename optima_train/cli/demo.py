@@ -1,12 +1,13 @@
 """`optima demo`: the untrained pair and the trained pair on the same held-out games, side by side.
 
 What `bash scripts/demo.sh` runs. The trained pair is a model Optima trained and ships as a LoRA
-adapter (`smollm2-135m-referential`, see `optima models list`); it is merged into the embedded
-base model on first use. Both pairs play the same held-out `referential-game` games greedily
-(the task and its options come from the adapter's provenance, so they are the games it was
-trained for), through the batched rollout engine on transformers: each game's two transcripts
-side by side with per-turn tokens, the scores, and a closing line that sets the two against
-each other here and quotes the published held-out figures the adapter records.
+adapter (`smollm2-135m-referential-listener` by default, `--trained` picks another, see `optima
+models list`); it is merged into the embedded base model on first use. Both pairs play the
+same held-out `referential-game` games greedily (the task and its options come from the
+adapter's provenance, so they are the games it was trained for), through the batched rollout
+engine on transformers: each game's two transcripts side by side with per-turn tokens, the
+scores, and a closing line that sets the two against each other here and quotes the published
+held-out figures the adapter records.
 
 `--oracle` plays the same games with a scripted oracle instead (it shares what it knows, then
 gives the gold answer): what a perfect, cheap dialogue looks like, with no model at all.
@@ -23,7 +24,7 @@ from rich.table import Table
 
 from optima_train.cli.rollout import mean_score, mean_tokens
 
-TRAINED = "smollm2-135m-referential"
+TRAINED = "smollm2-135m-referential-listener"
 
 
 def demo(

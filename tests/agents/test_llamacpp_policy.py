@@ -483,7 +483,8 @@ class TestGGUFLora:
         reader = gguf.GGUFReader(export_lora_gguf(adapter, tmp_path / "lora.gguf", base_config=config, dtype="f32"))
         assert reader.fields["general.type"].contents() == "adapter"
         assert reader.fields["general.architecture"].contents() == "llama"
-        assert (reader.fields["adapter.type"].contents(), reader.fields["adapter.lora.alpha"].contents()) == ("lora", 8.0)
+        fields = reader.fields
+        assert (fields["adapter.type"].contents(), fields["adapter.lora.alpha"].contents()) == ("lora", 8.0)
         tensors = {t.name: np.array(t.data) for t in reader.tensors}
         assert len(tensors) == 2 * 2 * 7  # A and B of 7 linear layers in each of 2 blocks
         undo = LlamaTensorProcessor(config={})._reverse_permute_weights

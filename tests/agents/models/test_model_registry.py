@@ -14,7 +14,7 @@ from optima_agents.models.registry import ModelSpec
 
 UNKNOWN_SMOLM2 = (
     "Unknown model 'smolm2': it is not a registry name, a local folder or a hub id. Did you mean 'smollm2-135m'?\n"
-    "Registry models: smollm2-135m, smollm2-135m-referential.\n"
+    "Registry models: smollm2-135m, smollm2-135m-referential, smollm2-135m-referential-listener.\n"
     "To get one, run `optima models pull NAME`; or pass a local Hugging Face model folder "
     "(one with config.json), or a hub id like 'org/name' if you have the hub."
 )

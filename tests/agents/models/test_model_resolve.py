@@ -46,7 +46,7 @@ class TestByName:
             "Unknown model 'smollm-135': it is not a registry name, a local folder or a hub id. "
             "Did you mean 'smollm2-135m' or 'smollm2-135m-referential'?"
         )
-        assert lines[1] == "Registry models: smollm2-135m, smollm2-135m-referential."
+        assert lines[1] == "Registry models: smollm2-135m, smollm2-135m-referential, smollm2-135m-referential-listener."
         assert "`optima models pull NAME`" in lines[2]
 
 
