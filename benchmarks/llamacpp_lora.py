@@ -12,7 +12,7 @@ A trained model is a base plus a LoRA update. llama.cpp can run it two ways:
 Each is measured on the same workload: the speaker's first turn of `--prompts` held-out
 referential-game games (validation split, index i with reset seed 1,000,000 + i), greedy, up
 to `--max-new-tokens` tokens, all decoded together as parallel sequences. Reported: the
-preparation each needs per training iteration (seconds, median of `--repeats`), generation
+preparation each needs per training iteration (seconds, median of `--repeats` after a warm-up), generation
 tokens/s (median of `--repeats`, the two paths interleaved so machine noise falls on both),
 how many greedy replies are identical between the two, and each path's share of this machine's
 ceiling (`machine_ceiling.json`, same CPU kind: the base model's linear-layer FLOPs of every
@@ -32,12 +32,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, cpu_kind, invocation, write_report, write_result  # noqa: E402
+from benchmarks._results import invocation, write_report, write_result  # noqa: E402
+from benchmarks.machine_ceiling import median_seconds, same_cpu_ceiling  # noqa: E402
 
 ADAPTER = "smollm2-135m-referential"
 ENV_KWARGS = {"split": "validation", "min_candidates": 4, "max_candidates": 6, "max_differences": 2}
@@ -57,15 +58,6 @@ def first_turns(count: int) -> list[Any]:
     return requests
 
 
-def median_seconds(run: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def preparation(adapter_dir: Path, base_dir: Path, repeats: int) -> dict[str, float]:
     """Seconds per training iteration each path needs before it can serve: merge + F16 export
     of the merged folder, or conversion of the adapter to a GGUF LoRA."""
@@ -78,10 +70,12 @@ def preparation(adapter_dir: Path, base_dir: Path, repeats: int) -> dict[str, fl
     config = json.loads((base_dir / "config.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        merge_s = median_seconds(lambda: merge_adapter(base_dir, adapter_dir, out / "merged"), repeats)
+        merge_s = median_seconds(lambda: merge_adapter(base_dir, adapter_dir, out / "merged"), repeats=repeats,
+                                 min_time_s=0.0)
         export_s = median_seconds(lambda: export_gguf(out / "merged", out / "m.f16.gguf", "f16", template=template),
-                                  repeats)
-        lora_s = median_seconds(lambda: export_lora_gguf(adapter_dir, out / "l.gguf", base_config=config), repeats)
+                                  repeats=repeats, min_time_s=0.0)
+        lora_s = median_seconds(lambda: export_lora_gguf(adapter_dir, out / "l.gguf", base_config=config),
+                                repeats=repeats, min_time_s=0.0)
     return {"merge_s": round(merge_s, 2), "export_f16_s": round(export_s, 2),
             "merged_total_s": round(merge_s + export_s, 2), "lora_convert_s": round(lora_s, 2)}
 
@@ -106,14 +100,6 @@ def ceiling_share(actions: Sequence[Any], seconds: float, ceiling: dict[str, Any
     return round(fewest / seconds, 3)
 
 
-def machine_ceiling() -> dict[str, Any] | None:
-    try:
-        payload = json.loads((RESULTS / "machine_ceiling.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return payload if payload.get("cpu_kind") == cpu_kind() else None
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from optima_agents.models import resolve_model
     from optima_agents.models.registry import get_model_spec
@@ -130,7 +116,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "lora-over-f16": LlamaCppPolicy(spec.base, weights="f16", lora=str(spec.adapter_dir), **common),
         "lora-over-q4_1": LlamaCppPolicy(spec.base, weights="q4_1", lora=str(spec.adapter_dir), **common),
     }
-    ceiling = machine_ceiling()
+    ceiling = same_cpu_ceiling()
     timings: dict[str, list[float]] = {name: [] for name in policies}
     replies: dict[str, list[Any]] = {}
     for name, policy in policies.items():

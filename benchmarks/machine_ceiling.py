@@ -166,6 +166,16 @@ def ceiling_rates(payload: dict[str, Any], dtype: str) -> tuple[float, float, st
     return forward["64"], forward["1024"], dtype
 
 
+def same_cpu_ceiling() -> dict[str, Any] | None:
+    """The committed `machine_ceiling.json` payload, when it was measured on this CPU kind (a
+    ceiling from another kind of CPU says nothing about this one); else None."""
+    try:
+        payload = json.loads((RESULTS / "machine_ceiling.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return payload if payload.get("cpu_kind") == cpu_kind() else None
+
+
 def measure(shapes: ModelShapes, dtypes: Sequence[str], repeats: int) -> dict[str, Any]:
     import torch
 

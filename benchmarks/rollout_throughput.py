@@ -95,7 +95,7 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._results import RESULTS, cpu_kind, invocation, machine, write_report, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
 from optima_agents.models.dtypes import resolve_dtype_here  # noqa: E402
 
 NAME = "rollout_throughput"
@@ -780,15 +780,6 @@ def ceiling_share(result: PathResult, w: Workload, tokenizer: Any, ceiling: dict
             "ceiling_dtype": rate_dtype, "ceiling_cpu": ceiling["cpu_kind"]}
 
 
-def _machine_ceiling() -> dict[str, Any] | None:
-    """This machine's `machine_ceiling.json`, when it was measured on the same CPU kind."""
-    try:
-        payload = json.loads((RESULTS / "machine_ceiling.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return payload if payload.get("cpu_kind") == cpu_kind() else None
-
-
 def markdown(payload: dict[str, Any], *, command: str) -> str:
     """The results as a table of paths, then each target with its measured value (paths that did
     not run leave their targets unmeasured)."""
@@ -858,7 +849,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     previous = {} if args.quick else _previous(w, args.results_dir)
     results: dict[str, Any] = dict(previous.get("results", {}))
     load_before = os.getloadavg()
-    ceiling = _machine_ceiling()
+    from benchmarks.machine_ceiling import same_cpu_ceiling
+
+    ceiling = same_cpu_ceiling()
     if ceiling is None:
         print("no benchmarks/results/machine_ceiling.json for this CPU kind: run benchmarks/machine_ceiling.py "
               "first for each path's share of the ceiling", flush=True)

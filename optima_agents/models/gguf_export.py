@@ -27,13 +27,13 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import numpy as np
 
 from optima_agents.models.errors import ModelPullError
 
-__all__ = ["CONVERTED_TYPES", "ConvertedType", "check_config_fits", "export_gguf", "permute_qk"]
+__all__ = ["CONVERTED_TYPES", "ConvertedType", "check_config_fits", "export_gguf", "permute_qk", "write_gguf"]
 
 ConvertedType = Literal["f32", "f16", "q8_0"]
 #: The weight types `export_gguf` writes.
@@ -139,10 +139,8 @@ def export_gguf(folder: Path, out: Path, weight_type: ConvertedType, *, template
     missing = sorted(expected - set(tensors))
     if missing:
         raise ModelPullError(f"{folder} lacks tensors the template GGUF has: {missing[:5]}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    writer = gguf.GGUFWriter(tmp, arch="llama")
-    try:
+
+    def fill(writer: Any) -> None:
         for key, field in reader.fields.items():
             if key.startswith(_NOT_COPIED) or key == "general.architecture":
                 continue
@@ -153,6 +151,23 @@ def export_gguf(folder: Path, out: Path, weight_type: ConvertedType, *, template
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
         for name, data in tensors.items():
             _add_tensor(writer, name, data, weight_type)
+
+    return write_gguf(out, fill)
+
+
+def write_gguf(out: Path, fill: Callable[[Any], None]) -> Path:
+    """Write a Llama GGUF file whose metadata and tensors `fill(writer)` adds to a `GGUFWriter`.
+
+    The file is written beside `out` under a temporary name and renamed into place, so a killed
+    export never leaves a truncated file under the real name. Returns `out`.
+    """
+    import gguf
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    writer = gguf.GGUFWriter(tmp, arch="llama")
+    try:
+        fill(writer)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()

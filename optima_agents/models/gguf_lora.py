@@ -20,14 +20,13 @@ whole is refused, since llama.cpp applies none of them.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import numpy as np
 
 from optima_agents.models.errors import ModelPullError
-from optima_agents.models.gguf_export import permute_qk
+from optima_agents.models.gguf_export import permute_qk, write_gguf
 
 __all__ = ["LoraType", "export_lora_gguf", "lora_tensors"]
 
@@ -38,7 +37,7 @@ _SUFFIXES = {".lora_A.weight": "lora_a", ".lora_B.weight": "lora_b"}
 
 def export_lora_gguf(adapter_dir: Path, out: Path, *, base_config: Mapping[str, Any],
                      dtype: LoraType = "f16") -> Path:
-    """Write the PEFT adapter in `adapter_dir` as a GGUF LoRA file `out` (atomically).
+    """Write the PEFT adapter in `adapter_dir` as a GGUF LoRA file `out` (atomically, `write_gguf`).
 
     Args:
         adapter_dir: a PEFT LoRA folder (`adapter_config.json`, `adapter_model.safetensors`).
@@ -56,23 +55,15 @@ def export_lora_gguf(adapter_dir: Path, out: Path, *, base_config: Mapping[str, 
         raise ValueError(f"a GGUF LoRA is written as f32 or f16, got {dtype!r}")
     config = _adapter_config(adapter_dir)
     tensors = lora_tensors(adapter_dir, base_config)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    writer = gguf.GGUFWriter(tmp, arch="llama")
-    try:
+
+    def fill(writer: Any) -> None:
         writer.add_string(gguf.Keys.General.TYPE, gguf.GGUFType.ADAPTER)
         writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
         writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(config["lora_alpha"]))
         for name, data in tensors.items():
             writer.add_tensor(name, data.astype(np.float16 if dtype == "f16" else np.float32))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out
+
+    return write_gguf(out, fill)
 
 
 def lora_tensors(adapter_dir: Path, base_config: Mapping[str, Any]) -> dict[str, np.ndarray]:
