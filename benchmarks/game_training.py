@@ -34,6 +34,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -67,12 +69,22 @@ def read_run(folder: Path) -> dict[str, Any]:
                            "trees": found.get("trees"), "kept_pairs": found.get("kept_pairs"),
                            "seconds": row.get("seconds"), **picks})
     baseline = summary.get("baseline")
-    out: dict[str, Any] = {"method": method, "iterations": iterations}
+    out: dict[str, Any] = {"method": method, "iterations": iterations, "learning_rate": learning_rate(folder)}
     if baseline:
         out["baseline"] = {"score": baseline["score"]["mean"], "tokens": baseline["tokens"]["mean"],
                            "episodes": baseline["episodes"], "env_kwargs": baseline["env_kwargs"],
                            "model": Path(str(baseline.get("model", ""))).name}  # its name: no machine path
     return out
+
+
+def learning_rate(folder: Path) -> float | None:
+    """The training learning rate the run's saved config holds (None for a run saved without one):
+    a setting changed with `--set` is seen only here, not in the config file the run names."""
+    config = folder / "config.yaml"
+    if not config.is_file():
+        return None
+    rate = (yaml.safe_load(config.read_text()).get("train") or {}).get("learning_rate")
+    return None if rate is None else float(rate)
 
 
 def pick_counts(stage: Path) -> dict[str, dict[str, dict[str, int]]]:
@@ -171,7 +183,7 @@ def report(payload: dict[str, Any]) -> str:
                          f"{s['mean']:.3f} ± {s['stdev']:.3f} [{s['min']:.3f}, {s['max']:.3f}] | {t['mean']:.1f} |")
     lines += ["", "## Every run", "",
               "| variant | seed | iteration | held-out score [95% CI] | tokens | kept (dialogues, or DPO pairs of trees) | "
-              "refused as uninformative (of sampled) |", "|---|---|---|---|---|---|---|"]
+              "refused as uninformative (of sampled) | learning rate |", "|---|---|---|---|---|---|---|---|"]
     for variant, seeds in payload["runs"].items():
         for seed, run in sorted(seeds.items(), key=lambda kv: int(kv[0])):
             for it in run["iterations"]:
@@ -179,8 +191,9 @@ def report(payload: dict[str, Any]) -> str:
                 refused = "-" if it.get("uninformative") is None else f"{it['uninformative']} of {it['candidates']}"
                 kept = (f"{it['kept_pairs']} pairs of {it['trees']} trees" if it.get("kept_pairs") is not None
                         else it.get("kept_dialogues"))
+                rate = "-" if run.get("learning_rate") is None else f"{run['learning_rate']:g}"
                 lines.append(f"| {variant} | {seed} | {it['iteration']} | {it['score']:.3f} [{lo:.3f}, {hi:.3f}] | "
-                             f"{it['tokens']:.1f} | {kept} | {refused} |")
+                             f"{it['tokens']:.1f} | {kept} | {refused} | {rate} |")
     picked = [(variant, seed, it) for variant, seeds in payload["runs"].items()
               for seed, run in sorted(seeds.items(), key=lambda kv: int(kv[0])) for it in run["iterations"]
               if it.get("pair_picks") or (it.get("sft_picks") and variant.startswith("isft-enumerated"))]
@@ -219,7 +232,11 @@ def report(payload: dict[str, Any]) -> str:
               "0-511, every pick scored: `generation.enumerate_answers`, listener rows only), and "
               "`isft-enumerated-roundN` the same config from round N-1's checkpoint on the next 512 fresh games "
               "(round 2: games 512-1023, round 3: 1024-1535, round 4: 1536-2047; "
-              "`--set model.name=<round N-1 checkpoint> --set task.train_first_index=512*(N-1)`); all with "
+              "`--set model.name=<round N-1 checkpoint> --set task.train_first_index=512*(N-1)`); "
+              "`isft-enumerated-lr1e3-roundN` continues the same chain (round 5 from round 4's checkpoint on games "
+              "2048-2559, round 6 on 2560-3071) with `--set train.learning_rate=1.0e-3` in place of the config's "
+              "2e-4 (the learning rate column: read from each run's saved config, `-` for runs collected before it "
+              "was recorded). All with "
               "`--set run.seed=SEED`; seed 0's iSFT runs also made the untrained baseline evaluation. The run seed "
               "changes the sampling, not the training games: iteration 0 of every iDPO run searched the same first "
               "training games (instances 0-127, or 0-63)."]

@@ -114,3 +114,17 @@ def test_an_isft_stage_counts_the_listeners_kept_picks(tmp_path):
                                  ("alice", "<A>A</A>"), ("bob", "Which one?")]]
     pq.write_table(pa.Table.from_pylist(rows), stage / "selection" / "sft.parquet")
     assert game_training.pick_counts(stage) == {"sft_picks": {"C": 2, "E": 1, "other": 1}}
+
+
+def test_a_run_reports_the_learning_rate_its_saved_config_holds(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"iterations": [
+        {"iteration": 0, "heldout_score": 0.8, "heldout_score_ci": [0.75, 0.85], "heldout_tokens": 55.0}]}))
+    assert game_training.read_run(run)["learning_rate"] is None  # no saved config: not guessed
+    (run / "config.yaml").write_text("train:\n  learning_rate: 0.001\n  num_train_epochs: 1\n")
+    read = game_training.read_run(run)
+    assert read["learning_rate"] == 0.001
+    text = game_training.report({"command": "c", "untrained": {}, "chance": 0.2, "aggregate": {},
+                                 "runs": {"lr": {"0": read}}, "evals": {}})
+    assert "| lr | 0 | 0 | 0.800 [0.750, 0.850] | 55.0 | None | - | 0.001 |" in text
