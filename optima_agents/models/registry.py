@@ -131,10 +131,10 @@ _SPECS = (
     AdapterSpec(
         name="smollm2-135m-referential-listener",
         base="smollm2-135m",
-        description="smollm2-135m-referential whose listener was then trained on 2,048 more games (4 rounds of "
+        description="smollm2-135m-referential whose listener was then trained on 3,072 more games (6 rounds of "
                     "iSFT on every pick); the speaker names the target, the listener reads it (provenance.json)",
         adapter_dir=ADAPTERS_DIR / "smollm2-135m-referential-listener",
-        adapter_sha256="57d92610e6e8ec3e3f554aa0d193e446ec016774ed4c3971a2f55463a7b0e904",
+        adapter_sha256="c837ed7beefcb492117fddd527af3f953aad6a4e1efb0ef2cfb6bc4f1f412527",
     ),
 )
 

@@ -38,7 +38,7 @@ def test_the_shipped_trained_model_is_registered_with_its_provenance():
     assert provenance["task"]["env_id"] == "referential-game" and provenance["run"]["seed"] in (0, 1, 2)
     assert provenance["command"].startswith("optima train isft --config configs/isft/referential_enumerated.yaml")
     assert [stage["command"].split(" --")[1] for stage in provenance["chain"]] == [
-        "config configs/isft/referential_informative.yaml", *["config configs/isft/referential_enumerated.yaml"] * 4]
+        "config configs/isft/referential_informative.yaml", *["config configs/isft/referential_enumerated.yaml"] * 6]
     assert provenance["heldout"]["episodes"] == 200 and provenance["heldout"]["score"] > provenance["chance"]
 
 
