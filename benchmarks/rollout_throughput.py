@@ -96,6 +96,8 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
+from benchmarks.machine_ceiling import (  # noqa: E402
+    ceiling_rates, same_cpu_ceiling, uncached_prefill_tokens, workload_ceiling_s)
 from optima_agents.models.dtypes import resolve_dtype_here  # noqa: E402
 
 NAME = "rollout_throughput"
@@ -766,8 +768,6 @@ def ceiling_share(result: PathResult, w: Workload, tokenizer: Any, ceiling: dict
     matmul rates (`machine_ceiling.json`: decode at 64 rows, prefill at 1,024, in the path's dtype
     or the fastest measured one) give the fewest seconds the workload can take; `ceiling_share`
     is that over the path's wall time."""
-    from benchmarks.machine_ceiling import ceiling_rates, uncached_prefill_tokens, workload_ceiling_s
-
     prompts = turn_prompts(result.records, tokenizer)
     replies = [t.token_ids for r in result.records for t in r.turns]
     prefill = uncached_prefill_tokens(list(zip(prompts, replies)))
@@ -849,8 +849,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     previous = {} if args.quick else _previous(w, args.results_dir)
     results: dict[str, Any] = dict(previous.get("results", {}))
     load_before = os.getloadavg()
-    from benchmarks.machine_ceiling import same_cpu_ceiling
-
     ceiling = same_cpu_ceiling()
     if ceiling is None:
         print("no benchmarks/results/machine_ceiling.json for this CPU kind: run benchmarks/machine_ceiling.py "
