@@ -139,14 +139,14 @@ def summarize(values: Sequence[float]) -> dict[str, Any]:
             "min": min(values), "max": max(values), "runs": list(values)}
 
 
-def best_baseline(index: Sequence[dict[str, Any]], base_label: str, dtype: str) -> dict[str, Any]:
-    """The highest-scoring untrained baseline cell of the board's task run in `dtype` (ties: fewer
-    tokens): trained and untrained rows compare at one precision."""
-    rows = [c for c in index if c["task"] == TASK and c["model"] == base_label and c["dtype"] == dtype
+def best_baseline(index: Sequence[dict[str, Any]], base_label: str, dtype: str, task: str = TASK) -> dict[str, Any]:
+    """The highest-scoring untrained baseline cell of `task` on the board run in `dtype` (ties:
+    fewer tokens): trained and untrained rows compare at one precision."""
+    rows = [c for c in index if c["task"] == task and c["model"] == base_label and c["dtype"] == dtype
             and c["system"].split(":")[0] in BASELINES]
     if not rows:
-        raise SystemExit(f"the board has no {dtype} baseline cells for model {base_label!r}: run its leaderboard "
-                         f"(`optima leaderboard --tasks {TASK} ... --dtype {dtype}`) first")
+        raise SystemExit(f"the board has no {dtype} baseline cells of {task} for model {base_label!r}: run its "
+                         f"leaderboard (`optima leaderboard --tasks {task} ... --dtype {dtype}`) first")
     return max(rows, key=lambda c: (c["score"]["mean"], -c["tokens"]["mean"]))
 
 
