@@ -1,5 +1,6 @@
 """Training where talking is the task: `referential-game` runs (iSFT with plain or informative-only
-selection, iDPO continuing from a trained pair) collected from their run folders into one result.
+selection, iDPO and GRPO continuing from a trained pair) collected from their run folders into one
+result.
 
     python benchmarks/game_training.py \\
         --run plain:0=runs/isft/referential_experiment \\
@@ -8,8 +9,8 @@ selection, iDPO continuing from a trained pair) collected from their run folders
         --run informative:2=runs/isft/referential_informative_seed2 \\
         --eval shipped=runs/eval/ref_shipped.json
 
-Each `--run VARIANT:SEED=DIR` is one finished or partly finished `optima train isft` or `optima
-train idpo` run (its `summary.json`, and per iteration `selection/selection.json` or
+Each `--run VARIANT:SEED=DIR` is one finished or partly finished `optima train isft`, `optima
+train idpo` or `optima train grpo` run (its `summary.json`, and per iteration `selection/selection.json` or
 `search/DONE.json`); iterations a run has not reached are left out of that seed, and the report
 says how many seeds each mean has. An iDPO run's baseline evaluation is its starting pair, shown
 as that variant's start, never as the untrained pair. `--eval
@@ -60,14 +61,14 @@ def read_run(folder: Path) -> dict[str, Any]:
         stats = json.loads(selection.read_text()).get("stats", {}) if selection.is_file() else {}
         search = stage / "search" / "DONE.json"
         found = json.loads(search.read_text()) if search.is_file() else {}
-        method = "idpo" if found else method
+        method = "idpo" if found else "grpo" if "zero_variance_groups" in row else method
         picks = pick_counts(stage)
         iterations.append({"iteration": row["iteration"], "score": row["heldout_score"],
                            "score_ci": row["heldout_score_ci"], "tokens": row["heldout_tokens"],
                            "kept_dialogues": row.get("kept_dialogues"), "kept_examples": row.get("kept_examples"),
                            "candidates": stats.get("candidates"), "uninformative": stats.get("uninformative"),
                            "trees": found.get("trees"), "kept_pairs": found.get("kept_pairs"),
-                           "seconds": row.get("seconds"), **picks})
+                           **grpo_facts(row), "seconds": row.get("seconds"), **picks})
     baseline = summary.get("baseline")
     out: dict[str, Any] = {"method": method, "iterations": iterations, "learning_rate": learning_rate(folder)}
     if baseline:
@@ -75,6 +76,17 @@ def read_run(folder: Path) -> dict[str, Any]:
                            "episodes": baseline["episodes"], "env_kwargs": baseline["env_kwargs"],
                            "model": Path(str(baseline.get("model", ""))).name}  # its name: no machine path
     return out
+
+
+def grpo_facts(row: Mapping[str, Any]) -> dict[str, Any]:
+    """What a GRPO iteration trained on: its groups with a spread of rewards (the others have no
+    advantage), the sequences those gave, and how far the update moved from the sampler (the
+    clipped share of loss tokens, the KL to the start). Empty for other methods."""
+    if "zero_variance_groups" not in row:
+        return {}
+    groups, flat = row.get("groups"), row.get("zero_variance_groups")
+    return {"groups": groups, "learning_groups": None if groups is None or flat is None else groups - flat,
+            "sequences": row.get("sequences"), "clip_fraction": row.get("clip_fraction"), "kl": row.get("kl")}
 
 
 def learning_rate(folder: Path) -> float | None:
@@ -164,7 +176,7 @@ def aggregate(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, list[dict
 
 def report(payload: dict[str, Any]) -> str:
     base, odds = payload["untrained"], payload["chance"]
-    lines = [f"# Training on `referential-game`: iSFT (plain, informative-only, enumerated picks) and iDPO", "",
+    lines = [f"# Training on `referential-game`: iSFT (plain, informative-only, enumerated picks), iDPO and GRPO", "",
              f"Command: `{payload['command']}`", "",
              *[f"Runs kept from an earlier collection: `{c}`" for c in payload.get("earlier_commands", [])],
              *([""] if payload.get("earlier_commands") else []),
@@ -182,7 +194,8 @@ def report(payload: dict[str, Any]) -> str:
             lines.append(f"| {variant} | {row['iteration']} | {', '.join(map(str, row['seeds']))} | "
                          f"{s['mean']:.3f} ± {s['stdev']:.3f} [{s['min']:.3f}, {s['max']:.3f}] | {t['mean']:.1f} |")
     lines += ["", "## Every run", "",
-              "| variant | seed | iteration | held-out score [95% CI] | tokens | kept (dialogues, or DPO pairs of trees) | "
+              "| variant | seed | iteration | held-out score [95% CI] | tokens | "
+              "kept (dialogues; DPO pairs of trees; GRPO sequences of groups with a spread) | "
               "refused as uninformative (of sampled) | learning rate |", "|---|---|---|---|---|---|---|---|"]
     for variant, seeds in payload["runs"].items():
         for seed, run in sorted(seeds.items(), key=lambda kv: int(kv[0])):
@@ -190,7 +203,8 @@ def report(payload: dict[str, Any]) -> str:
                 lo, hi = it["score_ci"]
                 refused = "-" if it.get("uninformative") is None else f"{it['uninformative']} of {it['candidates']}"
                 kept = (f"{it['kept_pairs']} pairs of {it['trees']} trees" if it.get("kept_pairs") is not None
-                        else it.get("kept_dialogues"))
+                        else f"{it['sequences']} sequences of {it['learning_groups']}/{it['groups']} groups (GRPO)"
+                        if it.get("groups") is not None else it.get("kept_dialogues"))
                 rate = "-" if run.get("learning_rate") is None else f"{run['learning_rate']:g}"
                 lines.append(f"| {variant} | {seed} | {it['iteration']} | {it['score']:.3f} [{lo:.3f}, {hi:.3f}] | "
                              f"{it['tokens']:.1f} | {kept} | {refused} | {rate} |")
@@ -236,7 +250,12 @@ def report(payload: dict[str, Any]) -> str:
               "`isft-enumerated-lr1e3-roundN` continues the same chain (round 5 from round 4's checkpoint on games "
               "2048-2559, round 6 on 2560-3071) with `--set train.learning_rate=1.0e-3` in place of the config's "
               "2e-4 (the learning rate column: read from each run's saved config, `-` for runs collected before it "
-              "was recorded). All with "
+              "was recorded). `grpo-from-round4-lrX` is `configs/grpo/referential.yaml` (multi-agent GRPO: both "
+              "agents' turns trained, G=8 dialogues per game at temperature 1.0, the Optima reward with its token and "
+              "readability terms) from each seed's round-4 checkpoint on training games 2048-2111 (`--set "
+              "task.train_questions=64 --set task.train_first_index=2048 --set train.learning_rate=X --set "
+              "run.iterations=1`): 512 sampled dialogues, as many as one enumerated iSFT round samples, so it "
+              "compares with `isft-enumerated-lr1e3-round5`. All with "
               "`--set run.seed=SEED`; seed 0's iSFT runs also made the untrained baseline evaluation. The run seed "
               "changes the sampling, not the training games: iteration 0 of every iDPO run searched the same first "
               "training games (instances 0-127, or 0-63)."]

@@ -128,3 +128,21 @@ def test_a_run_reports_the_learning_rate_its_saved_config_holds(tmp_path):
     text = game_training.report({"command": "c", "untrained": {}, "chance": 0.2, "aggregate": {},
                                  "runs": {"lr": {"0": read}}, "evals": {}})
     assert "| lr | 0 | 0 | 0.800 [0.750, 0.850] | 55.0 | None | - | 0.001 |" in text
+
+
+def test_a_grpo_iteration_reports_its_learning_groups_and_sequences(tmp_path):
+    (tmp_path / "iter_000").mkdir()
+    (tmp_path / "summary.json").write_text(json.dumps({"iterations": [
+        {"iteration": 0, "heldout_score": 0.8, "heldout_score_ci": [0.74, 0.85], "heldout_tokens": 54.0,
+         "groups": 64, "zero_variance_groups": 10, "sequences": 864, "clip_fraction": 0.12, "kl": 0.01}]}))
+    run = game_training.read_run(tmp_path)
+    assert run["method"] == "grpo"
+    it = run["iterations"][0]
+    assert (it["learning_groups"], it["sequences"], it["kept_dialogues"]) == (54, 864, None)
+    payload = {"untrained": {}, "chance": 0.2, "command": "c", "aggregate": {},
+               "runs": {"grpo": {"0": run}}, "evals": {}}
+    assert "864 sequences of 54/64 groups (GRPO)" in game_training.report(payload)
+
+
+def test_an_isft_iteration_has_no_grpo_facts():
+    assert game_training.grpo_facts({"iteration": 0, "kept_dialogues": 5}) == {}
