@@ -210,7 +210,8 @@ def report(payload: dict[str, Any]) -> str:
                              f"{it['tokens']:.1f} | {kept} | {refused} | {rate} |")
     picked = [(variant, seed, it) for variant, seeds in payload["runs"].items()
               for seed, run in sorted(seeds.items(), key=lambda kv: int(kv[0])) for it in run["iterations"]
-              if it.get("pair_picks") or (it.get("sft_picks") and variant.startswith("isft-enumerated"))]
+              if it.get("pair_picks") or (it.get("sft_picks") and variant.startswith("isft-enumerated"))
+              or (it.get("groups") is not None and it.get("heldout_picks"))]
     if picked:
         lines += ["", "## Which letters the training picks and the held-out picks hold", "",
                   "The listener's pick letters: in the DPO pairs (every qualifying pair, and the kept ones) or the "
