@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
-from benchmarks.training_repeats import BOARD, best_baseline, summarize  # noqa: E402
+from benchmarks.training_repeats import BOARD, best_baseline, evaluated, summarize  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,8 @@ def board_side(spec: str, index: Sequence[dict[str, Any]], task: str, dtype: str
     names = [m.strip() for m in models.split(",") if m.strip()]
     if not sep or not label or not names:
         raise SystemExit(f"--cells {spec!r}: write LABEL=MODEL,MODEL,... (the board's model labels, one per run seed)")
-    found = {c["model"]: c for c in index if c["task"] == task and c["system"] == system and c["dtype"] == dtype}
+    found = {c["model"]: c for c in evaluated(index) if c["task"] == task and c["system"] == system
+             and c["dtype"] == dtype}
     missing = [n for n in names if n not in found]
     if missing:
         raise SystemExit(f"the board has no {dtype} {system} cell of {task} for {', '.join(missing)}: evaluate them "

@@ -120,11 +120,18 @@ def facts_line(step: str, info: dict[str, Any]) -> str:
     return f"{step}{seconds}" + (f" ({counts})" if counts else "")
 
 
+def evaluated(index: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The board's cells that score a system as it plays, without the message ablations of a
+    cell (`--diagnostics` files them under the same task, system and model, with `ablation` set)."""
+    return [c for c in index if not c.get("ablation")]
+
+
 def stage_cells(index: Sequence[dict[str, Any]], method: str, label: str, seeds: Sequence[int],
                 dtype: str) -> list[dict[str, Any]]:
     """The board's `mas` cell of one stage for every seed, at `dtype`, in seed order; the board
     holds one row per (task, system, model, dtype), so a stage of a seed has at most one."""
-    found = {c["model"]: c for c in index if c["task"] == TASK and c["system"] == "mas" and c["dtype"] == dtype}
+    found = {c["model"]: c for c in evaluated(index) if c["task"] == TASK and c["system"] == "mas"
+             and c["dtype"] == dtype}
     wanted = [f"{method}-{label}-seed{seed}" for seed in seeds]
     missing = [name for name in wanted if name not in found]
     if missing:
@@ -142,7 +149,7 @@ def summarize(values: Sequence[float]) -> dict[str, Any]:
 def best_baseline(index: Sequence[dict[str, Any]], base_label: str, dtype: str, task: str = TASK) -> dict[str, Any]:
     """The highest-scoring untrained baseline cell of `task` on the board run in `dtype` (ties:
     fewer tokens): trained and untrained rows compare at one precision."""
-    rows = [c for c in index if c["task"] == task and c["model"] == base_label and c["dtype"] == dtype
+    rows = [c for c in evaluated(index) if c["task"] == task and c["model"] == base_label and c["dtype"] == dtype
             and c["system"].split(":")[0] in BASELINES]
     if not rows:
         raise SystemExit(f"the board has no {dtype} baseline cells of {task} for model {base_label!r}: run its "
@@ -190,7 +197,8 @@ def trajectory(rows: Sequence[dict[str, Any]], index: Sequence[dict[str, Any]], 
         for cell in row["cells"]:
             stage, seed = cell["model"].rsplit("-seed", 1)
             runs.setdefault(f"seed {seed}", []).append(Point(stage, cell["tokens"]["mean"], cell["score"]["mean"]))
-    untrained = [c for c in index if c["task"] == TASK and c["model"] == base_label and c["dtype"] == dtype]
+    untrained = [c for c in evaluated(index) if c["task"] == TASK and c["model"] == base_label
+                 and c["dtype"] == dtype]
     baselines = [Point(c["system"], c["tokens"]["mean"], c["score"]["mean"]) for c in untrained
                  if c["system"].split(":")[0] in BASELINES and ":" not in c["system"]]
     solo = [c["score"]["mean"] for c in untrained if c["system"] == "solo"]
