@@ -61,14 +61,15 @@ def read_run(folder: Path) -> dict[str, Any]:
         stats = json.loads(selection.read_text()).get("stats", {}) if selection.is_file() else {}
         search = stage / "search" / "DONE.json"
         found = json.loads(search.read_text()) if search.is_file() else {}
-        method = "idpo" if found else "grpo" if "zero_variance_groups" in row else method
+        grpo = grpo_facts(row)
+        method = "idpo" if found else "grpo" if grpo else method
         picks = pick_counts(stage)
         iterations.append({"iteration": row["iteration"], "score": row["heldout_score"],
                            "score_ci": row["heldout_score_ci"], "tokens": row["heldout_tokens"],
                            "kept_dialogues": row.get("kept_dialogues"), "kept_examples": row.get("kept_examples"),
                            "candidates": stats.get("candidates"), "uninformative": stats.get("uninformative"),
                            "trees": found.get("trees"), "kept_pairs": found.get("kept_pairs"),
-                           **grpo_facts(row), "seconds": row.get("seconds"), **picks})
+                           **grpo, "seconds": row.get("seconds"), **picks})
     baseline = summary.get("baseline")
     out: dict[str, Any] = {"method": method, "iterations": iterations, "learning_rate": learning_rate(folder)}
     if baseline:
