@@ -123,8 +123,14 @@ def paired_bootstrap(a: Sequence[Sequence[dict[str, Any]]], b: Sequence[Sequence
             "confidence": confidence, "samples": samples}
 
 
-def ratio(value: float, best: float) -> float:
-    return value / best if best else float("nan")
+def ratio(value: float, best: float) -> float | None:
+    """`value / best`; None when the best baseline scored 0 (no ratio exists)."""
+    return value / best if best else None
+
+
+def times(value: float | None) -> str:
+    """A ratio as the report writes it: "1.23x", or "n/a" where there is none."""
+    return "n/a" if value is None else f"{value:.2f}x"
 
 
 def report(sides: Sequence[Side], best: dict[str, Any], diff: dict[str, dict[str, float]], *, task: str,
@@ -138,8 +144,8 @@ def report(sides: Sequence[Side], best: dict[str, Any], diff: dict[str, dict[str
     for side in sides:
         s, t = side.score, side.tokens
         lines.append(f"| {side.system} | {side.source} | {len(side.cells)} | {s['mean']:.3f} ± {s['std']:.3f} "
-                     f"| {t['mean']:.1f} ± {t['std']:.1f} | {ratio(s['mean'], best['score']['mean']):.2f}x "
-                     f"| {ratio(t['mean'], best['tokens']['mean']):.2f}x |")
+                     f"| {t['mean']:.1f} ± {t['std']:.1f} | {times(ratio(s['mean'], best['score']['mean']))} "
+                     f"| {times(ratio(t['mean'], best['tokens']['mean']))} |")
     lines += ["", f"Best untrained baseline on the board: `{best['system']}` {best['score']['mean']:.3f} at "
               f"{best['tokens']['mean']:.1f} tokens.", "", "Per run (score [95% CI] / tokens per question):", ""]
     for side in sides:

@@ -86,3 +86,8 @@ def test_a_label_missing_from_the_board_is_named_in_the_error(tmp_path, monkeypa
     with pytest.raises(SystemExit, match="no bfloat16 mas cell of game for c-seed0"):
         compare_training.main(["--task", "game", "--dtype", "bfloat16", "--board", "board",
                                "--cells", "grpo=a-seed0,c-seed0", "--cells", "isft=b-seed0,b-seed1"])
+
+
+def test_a_best_baseline_that_scored_zero_gives_no_score_ratio_rather_than_nan():
+    assert compare_training.ratio(0.7, 0.0) is None and compare_training.times(None) == "n/a"
+    assert compare_training.times(compare_training.ratio(24.5, 98.0)) == "0.25x"
