@@ -280,10 +280,11 @@ class RolloutEngine:
     def _check_constraints(self) -> None:
         """Constrained answers need a task with an answer pattern and policies that honour it."""
         task = getattr(self.env, "task", None)
-        if task is None or task.answer_pattern is None:
+        if task is None or (task.answer_pattern is None and task.turn_pattern is None):
             name = getattr(task, "name", type(self.env).__name__)
-            raise ConfigError(f"{name} declares no answer_pattern, so its answers cannot be sampled constrained; "
-                              "set constrain_answers only for tasks that have one (the games)")
+            raise ConfigError(f"{name} declares no answer_pattern or turn_pattern, so its turns cannot be sampled "
+                              "constrained; set constrain_answers only for tasks that have one (the games, "
+                              "synth-hop-ia)")
         unable = sorted({type(self.policies[a]).__name__ for a in self._answering
                          if not capabilities_of(self.policies[a]).constraints})
         if unable:
@@ -320,7 +321,9 @@ class RolloutEngine:
         seed = None if item.spec.seed is None else derive_seed(item.spec.seed, observation["turn"])
         constraint = None
         if item.spec.constrain_answers and speaker in self._answering:
-            constraint = self.env.task.answer_pattern(item.snapshot.state.instance)
+            task, instance = self.env.task, item.snapshot.state.instance
+            constraint = (task.answer_pattern(instance) if task.turn_pattern is None
+                          else task.turn_pattern(instance, observation["evidence"]))
         return self.policies[speaker], TurnRequest(agent=speaker, observation=observation, seed=seed,
                                                    sampling_seed=item.spec.sampling_seed, constraint=constraint)
 

@@ -33,11 +33,18 @@ Metric = Callable[[str, TaskInstance], float]
 """Scores an extracted answer against the instance in [0, 1]; raises ScoringError if it cannot."""
 
 AnswerPattern = Callable[[TaskInstance], str]
-AnswerOptions = Callable[[TaskInstance], tuple[str, ...]]
 """A regular expression that a reply which is nothing but one readable answer move matches, for
 this instance (e.g. `<A>[A-D]</A>` in a game with four labels). Policies that support
 constrained decoding can sample answer moves from it, so exploration starts from moves the task
 can read."""
+
+TurnPattern = Callable[[TaskInstance, Sequence[str]], str]
+"""A regular expression of one readable turn for the speaker holding the given (rendered)
+evidence, e.g. some of its own facts copied verbatim, then optionally an answer. Where a task has
+one, constrained sampling uses it instead of `AnswerPattern`: on a task whose answer needs a
+partner's facts, a turn that may only be an answer cannot carry them."""
+
+AnswerOptions = Callable[[TaskInstance], tuple[str, ...]]
 
 AnswerPlace = Callable[[TaskInstance, Sequence[Sequence[Evidence]], int], str]
 """Where an instance's answer lies ("alone", "partner" or "named", `optima_envs.core.places`),
@@ -120,6 +127,9 @@ class Task:
     """A fixed number of agents (a game with one seat per role), or None for any number >= 2."""
     answer_pattern: AnswerPattern | None = None
     """The regex of a reply that is exactly one readable answer move (None: the task has none)."""
+    turn_pattern: TurnPattern | None = None
+    """The regex of one readable turn given the speaker's evidence; constrained sampling prefers it
+    to `answer_pattern` (None: constrained turns are answer moves)."""
     answer_options: AnswerOptions | None = None
     """Every readable answer move, as replies, where the set is closed and small (a game's picks);
     None: the answers are open. A search may expand an answering turn into all of them."""

@@ -7,6 +7,7 @@ The names are invented, so a model cannot answer from memory: it must hear its p
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -14,6 +15,7 @@ import numpy as np
 
 from optima_envs.core.task import Task
 from optima_envs.core.termination import answer_repeats_last_answer
+from optima_envs.core.turn_patterns import capitalised_names, facts_then_answer
 from optima_envs.core.types import Evidence, TaskInstance
 from optima_envs.errors import ConfigError
 from optima_envs.prompts.templates import InfoAsymmetricPrompts
@@ -124,6 +126,30 @@ def _score_f1(answer: str, instance: TaskInstance) -> float:
     return token_f1(answer, instance.gold)
 
 
+_CITY_OF_BIRTH = re.compile(r"was born in ([A-Z][a-z]+)\.")
+_CITY_IN = re.compile(r"^([A-Z][a-z]+) is a city in ([A-Z][a-z]+)\.")
+
+
+def answer_candidates(instance: TaskInstance) -> tuple[str, ...]:
+    """The instance's entities of the question's answer type, in first-seen order: the two people
+    of a comparison, the cities of a 2-hop chain (birthplaces and cities of any fact, distractors
+    included), the countries of a 3-hop chain. The gold answer is always one of them."""
+    texts = [e.text for e in instance.evidence]
+    if instance.meta["kind"] == "comparison":
+        return capitalised_names([instance.question.split(" ", 1)[-1]])
+    if instance.meta["hops"] == 3:
+        return tuple(dict.fromkeys(m.group(2) for t in texts if (m := _CITY_IN.match(t))))
+    return tuple(dict.fromkeys([m.group(1) for t in texts for m in _CITY_OF_BIRTH.finditer(t)]
+                               + [m.group(1) for t in texts if (m := _CITY_IN.match(t))]))
+
+
+def turn_pattern(instance: TaskInstance, evidence: tuple[str, ...]) -> str:
+    """A turn of the speaker holding `evidence`: some of its facts verbatim, then optionally an
+    answer among `answer_candidates` (from every agent's facts, so a told agent can name what it
+    heard; a guess it was not told is a guess, which `partners_informed` tells apart)."""
+    return facts_then_answer(evidence, answer_candidates(instance))
+
+
 def make_task(*, hops: int = 2, distractors: int = 2, comparison_rate: float = 0.25,
               split: str = "train", seed: int = 0) -> Task:
     """Build the `synth-hop-ia` task; the keyword arguments are the `SynthHopConfig` knobs."""
@@ -139,4 +165,5 @@ def make_task(*, hops: int = 2, distractors: int = 2, comparison_rate: float = 0
         metric=_score_f1,
         termination=answer_repeats_last_answer,
         answer_format="<A>answer</A>",
+        turn_pattern=turn_pattern,
     )

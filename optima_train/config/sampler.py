@@ -91,8 +91,9 @@ def constrained_answers_field() -> Any:
     """A generation section's `constrained_answers`: exploration for a model that does not write
     moves the task can read yet."""
     return field(default="never", metadata=help_meta(
-        "Sample each answering agent's turns constrained to the task's answer pattern (one readable move and "
-        "nothing else; tasks with an answer_pattern, on vllm or openai): never, first_iteration (like the format "
+        "Sample each answering agent's turns constrained to the task's turn pattern (e.g. synth-hop-ia: some of "
+        "one's own facts verbatim, then optionally an answer) or else its answer pattern (one readable move and "
+        "nothing else; tasks with either, on vllm or openai): never, first_iteration (like the format "
         "pool: the first iteration explores with it, training and evaluation never use it) or always (every "
         "iteration's sampling; held-out evaluation stays unconstrained).", choices=list(CONSTRAINED_ANSWERS)))
 

@@ -38,6 +38,14 @@ class ConstrainedScript(ScriptedPolicy):
                 for r, a in zip(requests, super().act(requests))]
 
 
+class FactCopier(ConstrainedScript):
+    """Answers every constrained turn with the speaker's first fact, as the turn pattern allows."""
+
+    def act(self, requests: Sequence[TurnRequest]) -> list[Action]:
+        self.seen.extend(requests)
+        return [Action(text=r.observation["evidence"][0]) for r in requests]
+
+
 def _first_match(pattern: str) -> str:
     """`<A>[ABCD]</A>` -> `<A>A</A>`: the first alternative of every class and group."""
     text = re.sub(r"\[(.)[^\]]*\]", r"\1", pattern)
@@ -75,7 +83,21 @@ class TestPatterns:
             assert not re.fullmatch(pattern, f"<A>propose {format_take(game.items, too_many)}</A>")
 
     def test_tasks_without_moves_have_no_pattern(self):
-        assert optima_envs.make("synth-hop-ia").task.answer_pattern is None
+        assert optima_envs.make("synth-arith-debate").task.answer_pattern is None
+        assert optima_envs.make("synth-arith-debate").task.turn_pattern is None
+
+    def test_a_synth_hop_turn_shares_only_the_speakers_own_facts_then_may_name_an_answer(self):
+        env = optima_envs.make("synth-hop-ia")
+        for index in range(20):
+            observations, _ = env.reset(seed=index, options={"index": index})
+            instance = env.state.instance
+            own, partner = (observations[a]["evidence"] for a in ("alice", "bob"))
+            pattern = env.task.turn_pattern(instance, own)
+            assert re.fullmatch(pattern, " ".join(own) + f" <A>{instance.gold}</A>")
+            assert re.fullmatch(pattern, own[0]) and re.fullmatch(pattern, f"<A>{instance.gold}</A>")
+            assert not any(re.fullmatch(pattern, fact) for fact in partner if fact not in own)
+            assert not re.fullmatch(pattern, f"{own[0]} <A>Nobody</A>")  # answers name the instance's entities
+            assert not re.fullmatch(pattern, f"I know this. <A>{instance.gold}</A>")
 
 
 class TestEngine:
@@ -97,8 +119,17 @@ class TestEngine:
         assert all("constrained_answers" not in r.sampling["bob"] for r in records)
 
     def test_a_task_without_a_pattern_is_refused(self):
-        with pytest.raises(ConfigError, match="synth-hop-ia declares no answer_pattern"):
-            RolloutEngine("synth-hop-ia", ConstrainedScript(), progress=False).run(constrained(episode_specs(1)))
+        with pytest.raises(ConfigError, match="synth-arith-debate declares no answer_pattern or turn_pattern"):
+            RolloutEngine("synth-arith-debate", ConstrainedScript(), progress=False).run(constrained(episode_specs(1)))
+
+    def test_a_task_with_a_turn_pattern_constrains_each_turn_to_the_speakers_own_facts(self):
+        policy = FactCopier()
+        records = RolloutEngine("synth-hop-ia", policy, progress=False).run(constrained(episode_specs(4, seed=5)))
+        assert len(policy.seen) == sum(r.num_turns for r in records) > 0
+        for request in policy.seen:
+            own = request.observation["evidence"]
+            assert request.constraint is not None and all(re.fullmatch(request.constraint, fact) for fact in own)
+        assert all(r.sampling[a]["constrained_answers"] is True for r in records for a in ("alice", "bob"))
 
     def test_a_policy_that_cannot_constrain_is_refused(self):
         plain = ScriptedPolicy(lambda o: "<A>A</A>")
@@ -130,3 +161,14 @@ class TestVLLM:
             pick = record.turns[1]
             assert re.fullmatch(env.task.answer_pattern(env.state.instance), pick.text), pick.text
             assert record.final_answer is not None
+
+    def test_sampled_synth_hop_turns_all_match_the_speakers_turn_pattern(self, vllm_policy):
+        policy = vllm_policy.with_sampling(SamplingParams(temperature=1.0, max_new_tokens=64, seed=0))
+        records = RolloutEngine("synth-hop-ia", policy, env_kwargs={"max_turns": 2}, progress=False).run(
+            constrained(episode_specs(6, seed=2)))
+        env = optima_envs.make("synth-hop-ia")
+        for record in records:
+            observations, _ = env.reset(seed=record.seed, options={"index": record.index})
+            for turn in record.turns:
+                pattern = env.task.turn_pattern(env.state.instance, observations[turn.speaker]["evidence"])
+                assert re.fullmatch(pattern, turn.text), turn.text
