@@ -322,8 +322,9 @@ class RolloutEngine:
         constraint = None
         if item.spec.constrain_answers and speaker in self._answering:
             task, instance = self.env.task, item.snapshot.state.instance
+            heard = tuple(m["text"] for m in observation["transcript"] if m["speaker"] != speaker)
             constraint = (task.answer_pattern(instance) if task.turn_pattern is None
-                          else task.turn_pattern(instance, observation["evidence"]))
+                          else task.turn_pattern(instance, observation["evidence"], heard))
         return self.policies[speaker], TurnRequest(agent=speaker, observation=observation, seed=seed,
                                                    sampling_seed=item.spec.sampling_seed, constraint=constraint)
 

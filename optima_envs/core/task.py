@@ -38,11 +38,12 @@ this instance (e.g. `<A>[A-D]</A>` in a game with four labels). Policies that su
 constrained decoding can sample answer moves from it, so exploration starts from moves the task
 can read."""
 
-TurnPattern = Callable[[TaskInstance, Sequence[str]], str]
-"""A regular expression of one readable turn for the speaker holding the given (rendered)
-evidence, e.g. some of its own facts copied verbatim, then optionally an answer. Where a task has
-one, constrained sampling uses it instead of `AnswerPattern`: on a task whose answer needs a
-partner's facts, a turn that may only be an answer cannot carry them."""
+TurnPattern = Callable[[TaskInstance, Sequence[str], Sequence[str]], str]
+"""(instance, the speaker's rendered evidence, the partners' messages it has read) -> a regular
+expression of one readable turn, e.g. some of its own facts copied verbatim, then optionally an
+answer it has seen named. Where a task has one, constrained sampling uses it instead of
+`AnswerPattern`: on a task whose answer needs a partner's facts, a turn that may only be an
+answer cannot carry them."""
 
 AnswerOptions = Callable[[TaskInstance], tuple[str, ...]]
 
@@ -128,8 +129,8 @@ class Task:
     answer_pattern: AnswerPattern | None = None
     """The regex of a reply that is exactly one readable answer move (None: the task has none)."""
     turn_pattern: TurnPattern | None = None
-    """The regex of one readable turn given the speaker's evidence; constrained sampling prefers it
-    to `answer_pattern` (None: constrained turns are answer moves)."""
+    """The regex of one readable turn given the speaker's evidence and what it has read; constrained
+    sampling prefers it to `answer_pattern` (None: constrained turns are answer moves)."""
     answer_options: AnswerOptions | None = None
     """Every readable answer move, as replies, where the set is closed and small (a game's picks);
     None: the answers are open. A search may expand an answering turn into all of them."""

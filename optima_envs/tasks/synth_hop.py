@@ -143,11 +143,14 @@ def answer_candidates(instance: TaskInstance) -> tuple[str, ...]:
                                + [m.group(1) for t in texts if (m := _CITY_IN.match(t))]))
 
 
-def turn_pattern(instance: TaskInstance, evidence: tuple[str, ...]) -> str:
+def turn_pattern(instance: TaskInstance, evidence: tuple[str, ...], heard: tuple[str, ...] = ()) -> str:
     """A turn of the speaker holding `evidence`: some of its facts verbatim, then optionally an
-    answer among `answer_candidates` (from every agent's facts, so a told agent can name what it
-    heard; a guess it was not told is a guess, which `partners_informed` tells apart)."""
-    return facts_then_answer(evidence, answer_candidates(instance))
+    answer among the `answer_candidates` it has seen named (in the question, its own facts or the
+    partners' messages it has read), so a constrained turn never names a place the speaker was
+    not told: an answer that needs the partner waits for the partner's message."""
+    seen = " ".join((instance.question, *evidence, *heard))
+    names = [n for n in answer_candidates(instance) if re.search(rf"\b{n}\b", seen)]
+    return facts_then_answer(evidence, names)
 
 
 def make_task(*, hops: int = 2, distractors: int = 2, comparison_rate: float = 0.25,

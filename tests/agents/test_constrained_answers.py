@@ -86,19 +86,23 @@ class TestPatterns:
         assert optima_envs.make("synth-arith-debate").task.answer_pattern is None
         assert optima_envs.make("synth-arith-debate").task.turn_pattern is None
 
-    def test_a_synth_hop_turn_shares_only_the_speakers_own_facts_then_may_name_an_answer(self):
+    def test_a_synth_hop_turn_shares_only_the_speakers_own_facts_then_may_name_an_answer_it_has_seen(self):
         env = optima_envs.make("synth-hop-ia")
-        for index in range(20):
+        told = 0
+        for index in range(30):
             observations, _ = env.reset(seed=index, options={"index": index})
             instance = env.state.instance
             own, partner = (observations[a]["evidence"] for a in ("alice", "bob"))
-            pattern = env.task.turn_pattern(instance, own)
-            assert re.fullmatch(pattern, " ".join(own) + f" <A>{instance.gold}</A>")
-            assert re.fullmatch(pattern, own[0]) and re.fullmatch(pattern, f"<A>{instance.gold}</A>")
-            assert not any(re.fullmatch(pattern, fact) for fact in partner if fact not in own)
-            assert not re.fullmatch(pattern, f"{own[0]} <A>Nobody</A>")  # answers name the instance's entities
-            assert not re.fullmatch(pattern, f"I know this. <A>{instance.gold}</A>")
-
+            alone = env.task.turn_pattern(instance, own, ())
+            heard = env.task.turn_pattern(instance, own, (" ".join(partner),))
+            seen = instance.gold in " ".join((instance.question, *own))
+            told += not seen
+            assert bool(re.fullmatch(alone, f"{own[0]} <A>{instance.gold}</A>")) == seen
+            assert re.fullmatch(heard, " ".join(own) + f" <A>{instance.gold}</A>")  # told, it may answer
+            assert not any(re.fullmatch(heard, fact) for fact in partner if fact not in own)
+            assert not re.fullmatch(heard, f"{own[0]} <A>Nobody</A>")  # answers name the instance's entities
+            assert not re.fullmatch(heard, f"I know this. <A>{instance.gold}</A>")
+        assert 0 < told < 30  # both kinds of question were checked
 
 class TestEngine:
     def test_only_answering_turns_are_constrained_and_records_say_so(self):
@@ -169,6 +173,7 @@ class TestVLLM:
         env = optima_envs.make("synth-hop-ia")
         for record in records:
             observations, _ = env.reset(seed=record.seed, options={"index": record.index})
-            for turn in record.turns:
-                pattern = env.task.turn_pattern(env.state.instance, observations[turn.speaker]["evidence"])
+            for k, turn in enumerate(record.turns):
+                heard = tuple(t.text for t in record.turns[:k] if t.speaker != turn.speaker)
+                pattern = env.task.turn_pattern(env.state.instance, observations[turn.speaker]["evidence"], heard)
                 assert re.fullmatch(pattern, turn.text), turn.text
