@@ -11,6 +11,9 @@ trained by hand or by `optima train` on a game:
         --cells isft=ref-isft-enum-r5-seed0,ref-isft-enum-r5-seed1,ref-isft-enum-r5-seed2 \\
         --out grpo_vs_isft_referential
 
+Where the board holds several held-out sets of one task (e.g. `synth-hop-ia` with and without
+distractors), `--heldout KEY=VALUE` picks one, for the cells and the baseline alike.
+
 The difference of the two sides' mean scores (and tokens) gets a paired bootstrap interval:
 questions are resampled, the same resample for both sides, and each side's value is its mean over
 run seeds of its mean over the resampled questions. Seeds are not resampled (three are too few to
@@ -69,13 +72,32 @@ def board_side(spec: str, index: Sequence[dict[str, Any]], task: str, dtype: str
     names = [m.strip() for m in models.split(",") if m.strip()]
     if not sep or not label or not names:
         raise SystemExit(f"--cells {spec!r}: write LABEL=MODEL,MODEL,... (the board's model labels, one per run seed)")
-    found = {c["model"]: c for c in evaluated(index) if c["task"] == task and c["system"] == system
-             and c["dtype"] == dtype}
+    found: dict[str, dict[str, Any]] = {}
+    for c in evaluated(index):
+        if c["task"] == task and c["system"] == system and c["dtype"] == dtype:
+            if c["model"] in names and c["model"] in found:
+                raise SystemExit(f"the board has several {dtype} {system} cells of {task} for {c['model']} (held-out "
+                                 f"{found[c['model']]['heldout']['env_kwargs']} and {c['heldout']['env_kwargs']}): "
+                                 "pick one set with --heldout KEY=VALUE")
+            found[c["model"]] = c
     missing = [n for n in names if n not in found]
     if missing:
         raise SystemExit(f"the board has no {dtype} {system} cell of {task} for {', '.join(missing)}: evaluate them "
                          f"with `optima leaderboard --tasks {task} --systems {system} --model NAME=PATH ...` first")
     return Side(label, ", ".join(f"`{n}`" for n in names), [found[n] for n in names])
+
+
+def on_heldout(index: Sequence[dict[str, Any]], pairs: Sequence[str]) -> list[dict[str, Any]]:
+    """The cells whose held-out env options include every `KEY=VALUE` of `pairs` (compared as
+    text, as the board records them): one board set, where a task has several."""
+    wanted = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--heldout {pair!r}: write KEY=VALUE, e.g. distractors=2")
+        wanted[key] = value
+    return [c for c in index if all(str(c.get("heldout", {}).get("env_kwargs", {}).get(k)) == v
+                                    for k, v in wanted.items())]
 
 
 def load_outcomes(board: Path, side: Side) -> list[list[dict[str, Any]]]:
@@ -172,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dtype", default="float32", help="The precision of the --cells sides and of the baseline.")
     parser.add_argument("--system", default="mas", help="The board system of the --cells sides.")
     parser.add_argument("--board", default=BOARD, help="The board of the --cells sides.")
+    parser.add_argument("--heldout", action="append", default=[], metavar="KEY=VALUE",
+                        help="Only cells (and baselines) whose held-out env options have KEY=VALUE, where the board "
+                             "holds several sets of one task (repeatable).")
     parser.add_argument("--base-label", default="smollm2-135m", help="The untrained model's label on the board.")
     parser.add_argument("--samples", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
@@ -182,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.results or len(args.cells) != 2 or not args.task:
             parser.error("board mode takes exactly two --cells and a --task, and no result names")
         board = args.board
-        index = json.loads((ROOT / board / "leaderboard.json").read_text())["cells"]
+        index = on_heldout(json.loads((ROOT / board / "leaderboard.json").read_text())["cells"], args.heldout)
         sides = [board_side(spec, index, args.task, args.dtype, args.system) for spec in args.cells]
         task, best = args.task, best_baseline(index, args.base_label, args.dtype, args.task)
         task_kwargs = sides[0].cells[0]["heldout"]["env_kwargs"]

@@ -91,3 +91,22 @@ def test_a_label_missing_from_the_board_is_named_in_the_error(tmp_path, monkeypa
 def test_a_best_baseline_that_scored_zero_gives_no_score_ratio_rather_than_nan():
     assert compare_training.ratio(0.7, 0.0) is None and compare_training.times(None) == "n/a"
     assert compare_training.times(compare_training.ratio(24.5, 98.0)) == "0.25x"
+
+
+def test_two_held_out_sets_of_one_task_must_be_told_apart_with_heldout(tmp_path, monkeypatch):
+    _board(tmp_path)
+    path = tmp_path / "board" / "leaderboard.json"
+    cells = json.loads(path.read_text())["cells"]
+    other = [{**c, "heldout": {**c["heldout"], "env_kwargs": {"split": "validation", "distractors": "2"}},
+              "cell": c["cell"]} for c in cells if "ablation" not in c]
+    path.write_text(json.dumps({"cells": cells + other}))
+    monkeypatch.setattr(compare_training, "ROOT", tmp_path)
+    args = ["--task", "game", "--dtype", "bfloat16", "--board", "board", "--samples", "50",
+            "--cells", "grpo=a-seed0,a-seed1", "--cells", "isft=b-seed0,b-seed1", "--out", "x"]
+    with pytest.raises(SystemExit, match="several bfloat16 mas cells of game for a-seed0.*--heldout"):
+        compare_training.main(args)
+    written = {}
+    monkeypatch.setattr(compare_training, "write_result", lambda name, payload: written.update(payload))
+    monkeypatch.setattr(compare_training, "write_report", lambda path, text: None)
+    compare_training.main(args + ["--heldout", "distractors=2"])
+    assert written["rows"][0]["score"]["runs"] == [0.9, 0.8]
