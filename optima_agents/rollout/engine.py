@@ -278,7 +278,7 @@ class RolloutEngine:
 
     # ------------------------------------------------------------------ internals
     def _check_constraints(self) -> None:
-        """Constrained answers need a task with an answer pattern and policies that honour it."""
+        """Constrained turns need a task with a turn or answer pattern and policies that honour it."""
         task = getattr(self.env, "task", None)
         if task is None or (task.answer_pattern is None and task.turn_pattern is None):
             name = getattr(task, "name", type(self.env).__name__)

@@ -14,6 +14,7 @@ from typing import Literal
 import numpy as np
 
 from optima_envs.core.task import Task
+from optima_envs.core.places import gold_in_text
 from optima_envs.core.termination import answer_repeats_last_answer
 from optima_envs.core.turn_patterns import capitalised_names, facts_then_answer
 from optima_envs.core.types import Evidence, TaskInstance
@@ -149,7 +150,7 @@ def turn_pattern(instance: TaskInstance, evidence: tuple[str, ...], heard: tuple
     partners' messages it has read), so a constrained turn never names a place the speaker was
     not told: an answer that needs the partner waits for the partner's message."""
     seen = " ".join((instance.question, *evidence, *heard))
-    names = [n for n in answer_candidates(instance) if re.search(rf"\b{n}\b", seen)]
+    names = [n for n in answer_candidates(instance) if gold_in_text(n, seen)]
     return facts_then_answer(evidence, names)
 
 
