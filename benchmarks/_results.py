@@ -5,7 +5,6 @@ so a reader can run the command again and see where the data came from."""
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
@@ -39,6 +38,7 @@ def cpu_kind() -> str:
 def write_result(name: str, payload: dict[str, Any], *, folder: Path | None = None) -> Path:
     """Write `<name>.json` under `folder` (None: RESULTS; e.g. a scratch folder for a smoke run):
     the payload, when and on what it ran, paths portable."""
+    from optima_envs.atomic_files import atomic_write_json
     from optima_eval.portable_paths import portable_json
 
     folder = RESULTS if folder is None else folder
@@ -50,7 +50,7 @@ def write_result(name: str, payload: dict[str, Any], *, folder: Path | None = No
         **payload,
     }
     path = folder / f"{name}.json"
-    path.write_text(json.dumps(portable_json(record), indent=2) + "\n")
+    atomic_write_json(path, portable_json(record))
     return path
 
 

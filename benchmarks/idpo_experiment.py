@@ -266,6 +266,7 @@ def projection(method: str, report: dict[str, Any], smoke: dict[str, Any], full:
 
 
 def reproject() -> None:
+    from optima_envs.atomic_files import atomic_write_json
     from optima_eval.portable_paths import portable_json
 
     path = Path(__file__).resolve().parent / "results" / f"{NAME}.json"
@@ -275,7 +276,7 @@ def reproject() -> None:
     for method, report in smoke["methods"].items():
         report["projected_full"] = projection(method, report, smoke["preset"], PRESETS["full"], smoke["heldout"],
                                               h_full, smoke["calibration"])
-    path.write_text(json.dumps(portable_json(data), indent=2) + "\n")
+    atomic_write_json(path, portable_json(data))
     print(json.dumps({m: r["projected_full"] for m, r in smoke["methods"].items()}, indent=2))
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -45,7 +46,21 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_write_json(path: str | Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    """Write `data` as strict JSON: a NaN or infinite float (the mean of no values) is written as
+    null, since `NaN` is not JSON and breaks `jq`, JavaScript and other strict readers."""
+    text = json.dumps(_finite(data), indent=2, sort_keys=False, default=str, allow_nan=False)
+    atomic_write_text(path, text + "\n")
+
+
+def _finite(data: Any) -> Any:
+    """`data` with every non-finite float replaced by None, through dicts, lists and tuples."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, Mapping):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(value) for value in data]
+    return data
 
 
 def atomic_write_parquet(path: str | Path, rows: Sequence[Mapping[str, Any]], schema: Any) -> Path:

@@ -42,6 +42,12 @@ class Interval:
     n: int
     confidence: float = 0.95
 
+    def __post_init__(self) -> None:
+        # Result files store the NaN of an empty interval as null (strict JSON); read it back as NaN.
+        for name in ("mean", "low", "high"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, float("nan"))
+
     def __str__(self) -> str:
         return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}]"
 

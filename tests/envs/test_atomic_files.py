@@ -20,3 +20,17 @@ def test_atomic_writes(tmp_path):
     with atomic_dir(tmp_path / "ckpt") as tmp:
         (tmp / "w").write_text("whole")
     assert (tmp_path / "ckpt" / "w").read_text() == "whole"
+
+
+def test_json_is_strict_with_a_mean_of_nothing_written_as_null(tmp_path):
+    import numpy as np
+
+    data = {"mean": float("nan"), "high": np.float64("inf"), "rows": [(1.5, float("-inf"))], "n": 0}
+    atomic_write_json(tmp_path / "a.json", data)
+    text = (tmp_path / "a.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    assert json.loads(text, parse_constant=refuse) == {"mean": None, "high": None, "rows": [[1.5, None]], "n": 0}

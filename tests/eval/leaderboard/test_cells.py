@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from optima_envs.data.identity import content_digest
-from optima_eval.leaderboard.cells import ModelSpec, append_partial, read_partial
+from optima_eval.leaderboard.cells import ModelSpec, append_partial, read_cell, read_partial, store_cell
 from optima_eval.systems import Outcome
 
 
@@ -87,3 +87,13 @@ def test_a_line_cut_by_a_kill_ends_the_partial_and_untimed_lines_still_count(tmp
     partial = read_partial(path)
     assert sorted(partial.outcomes) == [0, 1] and partial.seconds == 0.0
     assert read_partial(tmp_path / "missing.partial.jsonl").outcomes == {}
+
+
+def test_a_cell_with_nothing_scored_is_strict_json_and_reads_back_as_nan(tmp_path):
+    import math
+
+    path = tmp_path / "cell.json"
+    store_cell(path, {"model": "m"}, [Outcome(0, "q0", "a", 0.0, False, 10)])
+    assert "NaN" not in path.read_text()
+    result = read_cell(path)
+    assert math.isnan(result.score.mean) and result.score.n == 0 and result.tokens.mean == 10.0
