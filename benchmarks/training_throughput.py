@@ -6,6 +6,9 @@ speed on a CPU:
 - **padding-free** (`SFTConfig(padding_free=True)`): the collator concatenates a batch into one
   row with restarting `position_ids`, and transformers builds a block-diagonal attention mask
   from them, so no compute goes to pad tokens;
+- **labelled rows only** (`optima_train.lm_head.labelled_positions_only`, on in every Optima
+  training step): TRL's fused LM head projects every position on a CPU, prompt tokens included,
+  though only the labelled ones carry loss; the variant projects only those;
 - **bf16**: fast where the CPU has bf16 instructions (AMX, AVX512-BF16), emulated and slow
   where it has not. `bf16` loads the weights in float32 and trains under bf16 autocast, which
   casts every frozen weight to bf16 again in every forward and backward pass; `bf16-weights`
@@ -19,7 +22,8 @@ synth-hop experiment's examples) for `--steps` optimizer steps after one warm-up
 times; tokens/s counts only real (non-pad) tokens, so the variants are comparable. The loss of the
 first step is recorded too: padded and padding-free must agree.
 
-    python benchmarks/training_throughput.py                  # 6 variants, 3 repeats
+    python benchmarks/training_throughput.py                  # 8 variants, 3 repeats
+    python benchmarks/training_throughput.py --variants "float32 padded,bf16 padding-free labelled-only"
     python benchmarks/training_throughput.py --quick          # 1 repeat, few steps
     python benchmarks/training_throughput.py --dtypes float32 # a CPU without native bf16
 
@@ -29,6 +33,7 @@ Writes `benchmarks/results/training_throughput.json` and `.md`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import statistics
 import sys
@@ -41,8 +46,14 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
 
-VARIANTS = (("float32", False), ("float32", True), ("bf16", False), ("bf16", True), ("bf16-weights", False),
-            ("bf16-weights", True))
+# (dtype, padding-free, LM head on labelled rows only)
+VARIANTS = (("float32", False, False), ("float32", True, False), ("bf16", False, False), ("bf16", True, False),
+            ("bf16", True, True), ("bf16-weights", False, False), ("bf16-weights", True, False),
+            ("bf16-weights", True, True))
+
+
+def variant_key(dtype: str, padding_free: bool, labelled_only: bool) -> str:
+    return f"{dtype} {'padding-free' if padding_free else 'padded'}{' labelled-only' if labelled_only else ''}"
 
 
 def synthetic_rows(tokenizer: Any, count: int, seed: int) -> list[dict[str, list[int]]]:
@@ -72,7 +83,7 @@ def synthetic_rows(tokenizer: Any, count: int, seed: int) -> list[dict[str, list
 
 
 def run_variant(model_path: Path, rows: list[dict[str, list[int]]], *, dtype: str, padding_free: bool,
-                steps: int, batch_size: int, seed: int) -> dict[str, Any]:
+                labelled_only: bool, steps: int, batch_size: int, seed: int) -> dict[str, Any]:
     """Train `steps + 1` steps; returns seconds for the last `steps`, real tokens in them, and the
     first step's loss."""
     import datasets
@@ -80,6 +91,8 @@ def run_variant(model_path: Path, rows: list[dict[str, list[int]]], *, dtype: st
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import SFTConfig, SFTTrainer
+
+    from optima_train.lm_head import labelled_positions_only
 
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -102,7 +115,8 @@ def run_variant(model_path: Path, rows: list[dict[str, list[int]]], *, dtype: st
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=lora,
                          callbacks=[StepClock()])
-    trainer.train()
+    with labelled_positions_only() if labelled_only else contextlib.nullcontext():
+        trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     # TRL's cumulative `num_tokens` counts real tokens (attention mask, or the packed row's length).
     tokens = logs[-1]["num_tokens"] - logs[0]["num_tokens"]
@@ -121,6 +135,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 repeat of 3 steps.")
     parser.add_argument("--dtypes", default="float32,bf16,bf16-weights",
                         help="comma-separated; drop bf16 where the CPU emulates it (it is several times slower)")
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated variant names as the table prints them (default: all of --dtypes)")
     parser.add_argument("--name", default="training_throughput")
     args = parser.parse_args()
     if args.quick:
@@ -144,25 +160,34 @@ def main() -> None:
         rows = synthetic_rows(tokenizer, count, args.seed)
         source = "synthetic rows (synth-hop experiment lengths)"
 
+    chosen = [v for v in VARIANTS if v[0] in args.dtypes.split(",")]
+    if args.variants:
+        wanted = [name.strip() for name in args.variants.split(",")]
+        known = {variant_key(*v): v for v in VARIANTS}
+        unknown = [name for name in wanted if name not in known]
+        if unknown:
+            parser.error(f"unknown variant(s) {unknown}; known: {sorted(known)}")
+        chosen = [known[name] for name in wanted]
     results: dict[str, Any] = {}
     for rep in range(args.repeats):
-        for dtype, padding_free in [v for v in VARIANTS if v[0] in args.dtypes.split(",")]:  # interleaved: drift hits all
-            key = f"{dtype}{' padding-free' if padding_free else ' padded'}"
-            out = run_variant(model_path, rows, dtype=dtype, padding_free=padding_free, steps=args.steps,
-                              batch_size=args.batch_size, seed=args.seed)
+        for dtype, padding_free, labelled_only in chosen:  # interleaved: drift hits all
+            key = variant_key(dtype, padding_free, labelled_only)
+            out = run_variant(model_path, rows, dtype=dtype, padding_free=padding_free, labelled_only=labelled_only,
+                              steps=args.steps, batch_size=args.batch_size, seed=args.seed)
             results.setdefault(key, []).append(out)
             print(f"repeat {rep}: {key}: {out['tokens_per_s']:.0f} tokens/s, first loss {out['first_loss']:.4f}", flush=True)
 
     summary = {key: {"tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in runs),
                      "tokens_per_s": [r["tokens_per_s"] for r in runs],
                      "first_loss": runs[0]["first_loss"]} for key, runs in results.items()}
-    base = summary["float32 padded"]["tokens_per_s_median"]
+    base_key = next(iter(summary))
+    base = summary[base_key]["tokens_per_s_median"]
     command = invocation("training_throughput.py")
     lines = ["# SFT training throughput (LoRA r=16, all-linear)", "",
              f"Made by: `{command}`. Model {args.model}; {source}; batch {args.batch_size}, {args.steps} timed steps "
              f"after a warm-up step, median of {args.repeats}; CPU capability `{torch.backends.cpu.get_cpu_capability()}`, "
              f"{torch.get_num_threads()} torch threads.", "",
-             "| variant | tokens/s (median) | vs float32 padded | first-step loss |", "|---|---|---|---|"]
+             f"| variant | tokens/s (median) | vs {base_key} | first-step loss |", "|---|---|---|---|"]
     for key, s in summary.items():
         lines.append(f"| {key} | {s['tokens_per_s_median']:.0f} | {s['tokens_per_s_median'] / base:.2f}x | {s['first_loss']:.4f} |")
     text = "\n".join(lines) + "\n"

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from typing import Any, Mapping
 
 from optima_envs.atomic_files import atomic_dir, atomic_write_json
+from optima_train.lm_head import labelled_positions_only
 from optima_train.trl_glue import count_trainable, load_for_training, lora_config
 
 __all__ = ["main", "run_step"]
@@ -61,7 +62,8 @@ def run_step(spec: Mapping[str, Any]) -> None:
         trainer = _resolve(spec["trainer"])(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                                             peft_config=peft_config, callbacks=callbacks, **spec["trainer_kwargs"])
         trainable = count_trainable(trainer.model)
-        output = trainer.train()
+        with labelled_positions_only():  # the LM head skips prompt rows on a CPU
+            output = trainer.train()
     finally:
         if writer is not None:
             writer.close()

@@ -36,6 +36,7 @@ from typing import Any, Mapping
 from optima_envs.atomic_files import atomic_dir, atomic_write_json
 from optima_envs.errors import OptimaError
 from optima_train.config.train import report_targets
+from optima_train.lm_head import labelled_positions_only
 from optima_train.run_dir import read_json
 
 __all__ = ["TrainRun", "TrainingLaunchError", "count_trainable", "finish_training", "launch_training",
@@ -98,7 +99,8 @@ def train_with(trainer_cls: Any, args_cls: Any, cfg: Any, init: str, folder: Pat
         trainer = trainer_cls(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                               peft_config=peft_config, callbacks=[TensorBoardCallback(writer)], **trainer_kwargs)
         trainable = count_trainable(trainer.model)
-        output = trainer.train()
+        with labelled_positions_only():  # the LM head skips prompt rows on a CPU
+            output = trainer.train()
     finally:
         writer.close()
     history = finish_training(trainer, output, tokenizer, folder)
