@@ -1,0 +1,85 @@
+"""When a pair answers the questions only the partner can answer: the turn of the first answer.
+
+The board's `told` column says whether the partner wrote what the answering seat lacked. This
+script says what happened instead: for each board cell named, on its partner-only held-out
+questions (`optima_envs.core.places`), the turn of the dialogue's first `<A>` tag (0: the first
+speaker answers before hearing anything), whether the partner told, the dialogue's length, and the
+score, counted over the dialogues. A pair whose first speaker answers at turn 0 is guessing; a
+short dialogue after such a guess means the partner agreed with it.
+
+    python benchmarks/answer_turns.py CELL.json [CELL.json ...] --out answer_turns_synth_hop_distractors
+
+Writes `benchmarks/results/<out>.json` and `.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
+
+
+def first_answer_turn(messages: Sequence[str], tag: str = "<A>") -> int | None:
+    """Index of the first message holding an answer tag; None when nobody answered."""
+    return next((i for i, text in enumerate(messages) if tag in text), None)
+
+
+def cell_turns(path: Path) -> dict[str, Any]:
+    """Counts over one cell's partner-only dialogues."""
+    from optima_envs.core.places import answer_place, partners_informed
+    from optima_eval.leaderboard.cells import read_cell
+    from optima_eval.leaderboard.diagnostics import _heldout_setup, _setup_key
+
+    cell = read_cell(path)
+    setup = _heldout_setup(_setup_key(cell.description["heldout"], cell.description.get("locations")))
+    if setup is None:
+        raise SystemExit(f"the held-out set of {path} cannot be rebuilt here")
+    task, agents, questions = setup
+    by_position = {q.position: q for q in questions}
+    seats = {name: i for i, name in enumerate(agents)}
+    counts: Counter[str] = Counter()
+    for o in cell.outcomes:
+        q = by_position[o.position]
+        if not o.scored or not o.transcript or answer_place(task, q.instance, q.evidence) != "partner":
+            continue
+        messages = [(seats[t["speaker"]], t["text"]) for t in o.transcript if t["speaker"] in seats]
+        turn = first_answer_turn([text for _, text in messages])
+        told = bool(partners_informed(task, q.instance, q.evidence, messages))
+        counts["dialogues"] += 1
+        counts[f"first answer at turn {turn}" if turn is not None else "no answer"] += 1
+        counts["right"] += o.score > 0
+        if turn == 0 and not told and len(messages) <= 2:
+            counts["turn-0 guess, not told, ended after 2 turns"] += 1
+        if o.score > 0:
+            counts[f"right, first answer at turn {turn}"] += 1
+    return {"label": cell.description.get("label"), "cell": path.name, **dict(sorted(counts.items()))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cells", nargs="+", help="board cells (the mas system) of an information-asymmetric task")
+    parser.add_argument("--out", default="answer_turns")
+    args = parser.parse_args()
+    rows = [cell_turns(Path(c)) for c in args.cells]
+    columns = sorted({k for r in rows for k in r} - {"label", "cell", "dialogues"})
+    command = invocation("answer_turns.py")
+    lines = ["# Partner-only questions: the turn of the first answer", "",
+             f"Made by: `{command}`. Counts over each cell's partner-only held-out dialogues.", "",
+             "| model | dialogues | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+    lines += [f"| {r['label']} | {r.get('dialogues', 0)} | " + " | ".join(str(r.get(c, 0)) for c in columns) + " |"
+              for r in rows]
+    text = "\n".join(lines) + "\n"
+    write_report(RESULTS / f"{args.out}.md", text)
+    write_result(args.out, {"command": command, "cells": rows})
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
