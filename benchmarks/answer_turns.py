@@ -35,10 +35,10 @@ def cell_turns(path: Path) -> dict[str, Any]:
     """Counts over one cell's partner-only dialogues."""
     from optima_envs.core.places import answer_place, partners_informed
     from optima_eval.leaderboard.cells import read_cell
-    from optima_eval.leaderboard.diagnostics import _heldout_setup, _setup_key
+    from optima_eval.leaderboard.diagnostics import heldout_setup
 
     cell = read_cell(path)
-    setup = _heldout_setup(_setup_key(cell.description["heldout"], cell.description.get("locations")))
+    setup = heldout_setup(cell.description["heldout"], cell.description.get("locations"))
     if setup is None:
         raise SystemExit(f"the held-out set of {path} cannot be rebuilt here")
     task, agents, questions = setup

@@ -55,13 +55,13 @@ def main() -> None:
 
     from optima_envs.core.places import answer_place
     from optima_eval.leaderboard.cells import read_cell
-    from optima_eval.leaderboard.diagnostics import _heldout_setup, _setup_key
+    from optima_eval.leaderboard.diagnostics import heldout_setup
 
     cell = read_cell(Path(args.cell))
     env_id = cell.description["heldout"]["env_id"]
     if env_id != "synth-hop-ia":
         raise SystemExit(f"{args.cell} is a cell of {env_id!r}; this script reads synth-hop-ia")
-    setup = _heldout_setup(_setup_key(cell.description["heldout"], cell.description.get("locations")))
+    setup = heldout_setup(cell.description["heldout"], cell.description.get("locations"))
     if setup is None:
         raise SystemExit(f"the held-out set of {args.cell} cannot be rebuilt here")
     task, _, questions = setup

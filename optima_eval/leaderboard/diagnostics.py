@@ -31,8 +31,8 @@ from optima_eval.evaluation import Interval, bootstrap_interval
 from optima_eval.leaderboard.cells import recorded_env_kwargs
 from optima_eval.systems import Outcome
 
-__all__ = ["answer_place_of", "comm_gain", "diagnose", "heldout_places", "heldout_told", "normalised_gain",
-           "place_scores", "told_split"]
+__all__ = ["answer_place_of", "comm_gain", "diagnose", "heldout_places", "heldout_setup", "heldout_told",
+           "normalised_gain", "place_scores", "told_split"]
 
 
 def comm_gain(base: Sequence[Outcome], ablated: Sequence[Outcome]) -> Interval:
@@ -57,7 +57,7 @@ def heldout_places(heldout: Mapping[str, Any],
     """Position -> answer place for a cell's stored held-out description (and the data files its
     `locations` recorded, read here: `recorded_env_kwargs`); None when the task has no split
     (debate) or its env cannot be built here (e.g. its data folder is missing)."""
-    setup = _heldout_setup(_setup_key(heldout, locations))
+    setup = heldout_setup(heldout, locations)
     if setup is None:
         return None
     task, _, questions = setup
@@ -65,10 +65,18 @@ def heldout_places(heldout: Mapping[str, Any],
     return None if all(p is None for p in places.values()) else places
 
 
+def heldout_setup(heldout: Mapping[str, Any],
+                  locations: Mapping[str, Any] | None = None) -> tuple[Any, tuple[str, ...], list[Any]] | None:
+    """(task, agent names, questions) of a cell's recorded held-out set, built once per set (so
+    scripts that read a cell's dialogues see the questions the board scored); None when its env
+    cannot be built here."""
+    return _heldout_setup(_setup_key(heldout, locations))
+
+
 def heldout_told(outcomes: Sequence[Outcome], heldout: Mapping[str, Any],
                  locations: Mapping[str, Any] | None = None) -> dict[str, Interval] | None:
     """`told_split` for a cell's outcomes on its stored held-out set; None where it has no meaning."""
-    setup = _heldout_setup(_setup_key(heldout, locations))
+    setup = heldout_setup(heldout, locations)
     return None if setup is None else told_split(*setup, outcomes)
 
 
