@@ -1,4 +1,5 @@
-"""Whether a sampled dialogue's partners told the answering seat what it lacked.
+"""Where a sampled dialogue's answer lay, and whether its partners told the answering seat what
+it lacked.
 
 The record keeps the messages but not the evidence split, so the env that sampled it is reset
 with the record's seed and index (the split is drawn before anything else) to recover it.
@@ -8,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from optima_envs.core.places import partners_informed
+from optima_envs.core.places import answer_place, partners_informed
+from optima_envs.errors import ConfigError
 from optima_train.examples.views import reset_as
 
-__all__ = ["record_informed"]
+__all__ = ["record_informed", "record_place"]
 
 
 def record_informed(env: Any, record: Any) -> bool | None:
@@ -25,3 +27,20 @@ def record_informed(env: Any, record: Any) -> bool | None:
     seats = {name: i for i, name in enumerate(record.agents)}
     messages = [(seats[turn.speaker], turn.text) for turn in record.turns]
     return partners_informed(env.unwrapped.task, state.instance, state.evidence, messages)
+
+
+def record_place(env: Any, record: Any) -> str:
+    """`answer_place` of one `EpisodeRecord` (`alone`, `partner` or `named`), on the (unwrapped)
+    env it was sampled from.
+
+    Raises:
+        ConfigError: the task deals no private evidence (debate), so no answer has a place.
+        ValueError: the env rebuilds another instance (it is not the one the record came from).
+    """
+    reset_as(env, record, "checking")
+    state = env.unwrapped.state
+    place = answer_place(env.unwrapped.task, state.instance, state.evidence)
+    if place is None:
+        raise ConfigError(f"selection.group_by: question_and_place needs a task whose agents hold private evidence; "
+                          f"{record.env_id} deals none (use group_by: question)")
+    return place

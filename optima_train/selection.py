@@ -5,8 +5,11 @@ Pure and deterministic (docs/design.md section 2):
 1. Drop candidates without a reward (scoring or infrastructure failures; counted, never 0),
    and, with `informative_only`, those whose partners did not tell the answerer what it lacked
    (`Candidate.informative` False: a right answer there is a guess).
-2. Per group (question), keep the best candidate: highest reward, then fewest tokens, then
-   lowest sample index (so ties never depend on input order).
+2. Per group, keep the best candidate: highest reward, then fewest tokens, then lowest sample
+   index (so ties never depend on input order). A group is a question, or, when the evidence is
+   re-dealt per sample, a question and where its answer lies (`candidate(place=...)`): ranked
+   against each other, a dialogue whose answerer holds the answer is shorter than one where the
+   partner must tell it, so per question the dialogues that needed talking would never be kept.
 3. Rank the groups by that best reward and keep the top `keep_fraction` of them, rounded up
    (so a non-empty batch keeps at least one group), ties broken as in step 2 and then by group.
 4. Of those, keep only the ones whose best reward is >= `reward_threshold` (if set) and whose
@@ -40,11 +43,14 @@ class Candidate:
     informative: bool | None = None  # the partners' messages carried the answer (None: not checked)
 
 
-def candidate(key: Hashable, record: Any, *, sample_index: int = 0, informative: bool | None = None) -> Candidate:
+def candidate(key: Hashable, record: Any, *, sample_index: int = 0, informative: bool | None = None,
+              place: str | None = None) -> Candidate:
     """An `EpisodeRecord` with its reward components attached as a candidate: grouped by its
-    question, ranked by `reward_components["reward"]`, excluded when it has no usable score."""
+    question (and by `place`, where its answer lay in this sample's evidence, when given), ranked
+    by `reward_components["reward"]`, excluded when it has no usable score."""
     excluded = None if record.scored else ("infra_failure" if record.infra_failure else "scoring_failure")
-    return Candidate(key=key, group=record.instance_id, reward=record.reward_components.get("reward"),
+    group = record.instance_id if place is None else (record.instance_id, place)
+    return Candidate(key=key, group=group, reward=record.reward_components.get("reward"),
                      score=record.score, tokens=record.total_tokens, sample_index=sample_index, excluded=excluded,
                      informative=informative)
 

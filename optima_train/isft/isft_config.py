@@ -81,6 +81,9 @@ class GenerationSection(RolloutSamplerSection):
                                          "a served checkpoint")
 
 
+GROUP_BY = ("question", "question_and_place")
+
+
 @dataclass
 class SelectionSection:
     keep_fraction: float = field(default=0.7, metadata=_help("Share of questions (by best reward) kept."))
@@ -91,6 +94,12 @@ class SelectionSection:
         "Rank only dialogues whose partners told the answerer what it lacked (the task's informative "
         "check; on questions the answerer can answer alone every dialogue counts): a right answer "
         "after messages that carry nothing is a guess."))
+    group_by: str = field(default="question", metadata=_help(
+        "What the best dialogue is chosen within: `question`, or `question_and_place` (a question and "
+        "where its answer lay in that sample's evidence: with the seat, with its partner, or named in the "
+        "question). Tasks that re-deal the evidence per sample need the second: per question, a dialogue "
+        "whose answerer held the answer is the shorter, so those where the partner had to tell it are "
+        "never kept."))
     train_agents: list[str] | None = field(default=None, metadata=_help(
         "The agents whose turns become SFT rows (null: every agent that spoke), e.g. [bob] to train a listener "
         "on its picks while the speaker's turns, already right, cost no training time."))
@@ -98,6 +107,8 @@ class SelectionSection:
     def __post_init__(self) -> None:
         if not 0 < self.keep_fraction <= 1:
             raise ConfigError(f"selection.keep_fraction must be in (0, 1], got {self.keep_fraction}")
+        if self.group_by not in GROUP_BY:
+            raise ConfigError(f"selection.group_by must be one of {list(GROUP_BY)}, got {self.group_by!r}")
         if self.train_agents is not None and (
                 isinstance(self.train_agents, str) or not self.train_agents
                 or not all(isinstance(a, str) for a in self.train_agents)):

@@ -87,8 +87,9 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
         from transformers import AutoTokenizer
 
         import optima_envs
+        from optima_envs.core.places import PLACES
         from optima_train.examples import build_sft_examples, plain_prompts, write_sft_dataset
-        from optima_train.informative import record_informed
+        from optima_train.informative import record_informed, record_place
         from optima_train.selection import candidate, select_best
 
         cfg, s = self.config, self.config.selection
@@ -99,12 +100,15 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
 
             raise ConfigError(f"selection.train_agents names {sorted(set(s.train_agents) - agents)}, not agents of "
                               f"{cfg.task.env_id} ({sorted(agents)})")
-        # The env is rebuilt only to check the partners' information, or for records from before
-        # episodes kept their plain prompts (`plain_prompts` then resets it to rebuild them).
-        needs_env = s.informative_only or any(r.plain_system_prompts is None and r.format_instruction for r in records)
+        # The env is rebuilt only to check the partners' information or the answer's place, or for
+        # records from before episodes kept their plain prompts (`plain_prompts` then resets it).
+        by_place = s.group_by == "question_and_place"
+        needs_env = (s.informative_only or by_place
+                     or any(r.plain_system_prompts is None and r.format_instruction for r in records))
         env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(cfg.task.train_kwargs())) if needs_env else None
         candidates = [candidate(pos, rec, sample_index=sample,
-                                informative=record_informed(env, rec) if s.informative_only and rec.scored else None)
+                                informative=record_informed(env, rec) if s.informative_only and rec.scored else None,
+                                place=record_place(env, rec) if by_place else None)
                       for pos, (rec, sample) in enumerate(zip(records, sample_positions(records)))]
         result = select_best(candidates, keep_fraction=s.keep_fraction, reward_threshold=s.reward_threshold,
                              min_score=s.min_score, informative_only=s.informative_only)
@@ -116,10 +120,12 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
                 if s.train_agents is None or ex.agent in s.train_agents:
                     rows.append(ex.to_row())
             chosen.append({"episode": c.key, "instance_id": rec.instance_id, "reward": c.reward, "score": c.score,
-                           "tokens": c.tokens, "format_instruction": rec.format_instruction})
+                           "tokens": c.tokens, "format_instruction": rec.format_instruction,
+                           **({"place": c.group[1]} if by_place else {})})
         write_sft_dataset(folder / "sft.parquet", rows)
         atomic_write_json(folder / "selection.json", {"stats": result.stats, "selected": chosen})
-        return {**result.stats, "examples": len(rows),
+        places = {f"selected_{p}": sum(1 for c in chosen if c["place"] == p) for p in PLACES} if by_place else {}
+        return {**result.stats, **places, "examples": len(rows),
                 "loss_tokens": sum(sum(r["assistant_masks"]) for r in rows),
                 "mean_selected_tokens": mean([c["tokens"] for c in chosen]),
                 "mean_selected_score": mean([c["score"] for c in chosen])}

@@ -104,3 +104,59 @@ class TestInformativeOnly:
     def test_unchecked_candidates_are_refused(self):
         with pytest.raises(ConfigError, match=re.escape("informative_only needs every candidate checked")):
             select_best([Candidate(0, "a", 1.0)], informative_only=True)
+
+
+class TestRecordPlace:
+    def test_each_sample_has_the_place_of_its_own_evidence_deal(self):
+        from optima_envs.core.places import answer_place
+        from optima_train.informative import record_place
+
+        specs = [EpisodeSpec(seed=s, index=i) for i in range(3) for s in range(6)]
+        records = rollout("synth-hop-ia", ScriptedPolicy(lambda o: "<A>x</A>"), specs,
+                          env_kwargs={"split": "validation", "comparison_rate": 0.0}, progress=False)
+        env = optima_envs.make("synth-hop-ia", split="validation", comparison_rate=0.0)
+        places = []
+        for spec, record in zip(specs, records):
+            env.reset(seed=spec.seed, options={"index": spec.index})
+            expected = answer_place(env.task, env.state.instance, env.state.evidence)
+            places.append(record_place(env, record))
+            assert places[-1] == expected
+        per_question = [set(places[i * 6:(i + 1) * 6]) for i in range(3)]
+        assert any(p == {"alone", "partner"} for p in per_question)  # the deal differs between samples
+
+    def test_a_debate_has_no_place(self):
+        from optima_train.informative import record_place
+
+        record = rollout("synth-arith-debate", ScriptedPolicy(lambda o: "<A>1</A>"), [EpisodeSpec(seed=0, index=0)],
+                         progress=False)[0]
+        with pytest.raises(ConfigError, match="group_by: question"):
+            record_place(optima_envs.make("synth-arith-debate"), record)
+
+
+class TestGroupByPlace:
+    @staticmethod
+    def record(question, reward, tokens):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(scored=True, infra_failure=False, instance_id=question, score=1.0,
+                               reward_components={"reward": reward}, total_tokens=tokens)
+
+    def test_the_longer_partner_dialogue_is_kept_beside_the_alone_one(self):
+        from optima_train.selection import candidate
+
+        samples = [("q1", "alone", 0.9, 20), ("q1", "partner", 0.7, 60), ("q1", "partner", 0.6, 80),
+                   ("q2", "partner", 0.8, 50)]
+        by_question = [candidate(k, self.record(q, r, t)) for k, (q, _, r, t) in enumerate(samples)]
+        by_place = [candidate(k, self.record(q, r, t), place=p) for k, (q, p, r, t) in enumerate(samples)]
+        assert [c.key for c in select_best(by_question, keep_fraction=1.0).selected] == [0, 3]
+        kept = select_best(by_place, keep_fraction=1.0)
+        assert [c.key for c in kept.selected] == [0, 3, 1]
+        assert [c.group for c in kept.selected] == [("q1", "alone"), ("q2", "partner"), ("q1", "partner")]
+        assert kept.stats["groups"] == 3
+
+    def test_an_unknown_grouping_is_refused(self):
+        from optima_train.isft.isft_config import SelectionSection
+
+        with pytest.raises(ConfigError, match=re.escape("selection.group_by must be one of ['question', "
+                                                        "'question_and_place'], got 'place'")):
+            SelectionSection(group_by="place")

@@ -378,6 +378,44 @@ class TestResumeScripted:
         assert done.read_text() == marker
 
 
+def answer_own_city(observation):
+    """The first speaker answers at once with a birthplace it holds, else tells its facts; its
+    partner answers with its own birthplace: the dialogue is shorter where the first holds one."""
+    cities = [e.split(" was born in ")[1].rstrip(".") for e in observation["evidence"] if " was born in " in e]
+    cities = [c for c in cities if not c.isdigit()]
+    if observation["turn"] == 0 and not cities:
+        return "I know: " + " ".join(observation["evidence"])
+    return f"<A>{cities[0] if cities else 'unknown'}</A>"
+
+
+@pytest.mark.model  # selection reads the embedded model's tokenizer
+class TestSelectionByPlace:
+    def test_each_question_keeps_its_best_dialogue_of_each_place(self, tmp_path):
+        import optima_envs
+        from optima_agents.policies import ScriptedPolicy
+        from optima_train.buffers.reader import read_episodes
+        from optima_train.informative import record_place
+
+        out = tmp_path / "run"
+        cfg = load_config(ISFTConfig, None, [
+            *tiny_overrides(out), "task.train_questions=4", "generation.samples_per_question=4",
+            "task.env_kwargs={distractors: 2, comparison_rate: 0.0}", "selection.keep_fraction=1.0",
+            "selection.group_by=question_and_place", "reward.lambda_loss=0", "eval.baseline=false"])
+        trainer = ISFTTrainer(cfg, policy_factory=lambda m, s: ScriptedPolicy(answer_own_city),
+                              on_step_done=stop_after(0, "selection"))
+        with pytest.raises(Stop):
+            trainer.train()
+        run = RunDir(out)
+        records = read_episodes(run.step_dir(0, "generation") / "episodes")
+        env = optima_envs.make("synth-hop-ia", split="train", distractors=2, comparison_rate=0.0)
+        groups = {(r.instance_id, record_place(env, r)) for r in records if r.scored}
+        chosen = read_json(run.step_dir(0, "selection") / "selection.json")["selected"]
+        assert {(c["instance_id"], c["place"]) for c in chosen} == groups
+        assert len(groups) > len({q for q, _ in groups})  # some question was dealt both ways
+        info = run.done_info(0, "selection")
+        assert info["selected_alone"] + info["selected_partner"] + info["selected_named"] == info["selected"] == len(groups)
+
+
 # ---------------------------------------------------------------------------------- real model
 @pytest.mark.model
 class TestTinyIteration:
