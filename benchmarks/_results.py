@@ -63,6 +63,12 @@ def write_report(path: Path, text: str) -> Path:
     return path
 
 
+def markdown_table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """A markdown table's lines: `header`, the rule, one line per row (cells written with str)."""
+    line = lambda cells: "| " + " | ".join(str(c) for c in cells) + " |"  # noqa: E731
+    return [line(header), "|" + "---|" * len(header), *(line(r) for r in rows)]
+
+
 def invocation(script: str, argv: Sequence[str] | None = None) -> str:
     """The command that ran `benchmarks/<script>` with `argv` (default: this process's), as a
     result records it: runnable again from the repository root of another machine."""

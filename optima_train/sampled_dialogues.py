@@ -1,7 +1,7 @@
 """The steps that sample-then-train loops share (iSFT, GRPO): sample dialogues per training
 question into an episode buffer, and give each one the Optima reward, stored beside the buffer in
 a side table keyed by episode (`optima_train.buffers.rewards`); later steps read the buffer with
-the table attached (`_scored_records`).
+the table attached (`scored_records`).
 
 `SampledDialogues` is the `IterativeTrainer` of loops whose config samples whole dialogues: its
 `sampler` is a `RolloutSamplerSection` (`SampledConfig`). A loop subclasses it with its config
@@ -21,7 +21,7 @@ from optima_train.config.sections import TrainingConfig
 from optima_train.loop import IterativeTrainer
 
 __all__ = ["EPISODES", "SampledConfig", "SampledDialogues", "component_means", "load_records", "mean", "per_agent",
-           "save_records"]
+           "save_records", "scored_records"]
 
 EPISODES = "episodes"  # an episode buffer directory (optima_train.buffers)
 
@@ -30,6 +30,21 @@ def save_records(path: Path, records: list[Any], *, writer: str) -> None:
     from optima_train.buffers import write_episodes
 
     write_episodes(path, records, metadata={"writer": writer})
+
+
+def scored_records(run_dir: Any, it: int) -> list[Any]:
+    """Iteration `it`'s sampled records of a run (`RunDir`) with the scoring step's reward
+    components attached.
+
+    A scoring step that finished before rewards had a side table stored a second, scored copy
+    of the buffer in its folder instead; a run resumed across that change reads the copy."""
+    from optima_train.buffers import REWARDS_FILE, attach_rewards, read_rewards
+
+    scoring = run_dir.step_dir(it, "scoring")
+    if not (scoring / REWARDS_FILE).exists() and (scoring / EPISODES).is_dir():
+        return load_records(scoring / EPISODES)
+    records = load_records(run_dir.step_dir(it, "generation") / EPISODES)
+    return attach_rewards(records, read_rewards(scoring / REWARDS_FILE))
 
 
 def load_records(path: Path) -> list[Any]:
@@ -137,17 +152,7 @@ class SampledDialogues(IterativeTrainer[S]):
                                               for pos, (rec, values) in enumerate(zip(records, components))])
 
     def _scored_records(self, it: int) -> list[Any]:
-        """Iteration `it`'s sampled records with the scoring step's reward components attached.
-
-        A scoring step that finished before rewards had a side table stored a second, scored copy
-        of the buffer in its folder instead; a run resumed across that change reads the copy."""
-        from optima_train.buffers import REWARDS_FILE, attach_rewards, read_rewards
-
-        scoring = self.run_dir.step_dir(it, "scoring")
-        if not (scoring / REWARDS_FILE).exists() and (scoring / EPISODES).is_dir():
-            return load_records(scoring / EPISODES)
-        records = load_records(self.run_dir.step_dir(it, "generation") / EPISODES)
-        return attach_rewards(records, read_rewards(scoring / REWARDS_FILE))
+        return scored_records(self.run_dir, it)
 
 
 def per_agent(policy: Any, sampling: Any, temperatures: Mapping[str, float], agents: Sequence[str]) -> Any:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from optima_envs.atomic_files import atomic_write_json
-from optima_train.isft.isft_config import ISFTConfig
+from optima_train.isft.isft_config import ISFTConfig, SelectionSection
 from optima_train.loop import PolicyFactory, StepHook
 from optima_train.sampled_dialogues import SampledDialogues, component_means, mean
 
@@ -89,8 +89,7 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
         import optima_envs
         from optima_envs.core.places import PLACES
         from optima_train.examples import build_sft_examples, plain_prompts, write_sft_dataset
-        from optima_train.informative import record_informed, record_place
-        from optima_train.selection import candidate, select_best
+        from optima_train.selection import select_best
 
         cfg, s = self.config, self.config.selection
         records = self._scored_records(it)
@@ -106,12 +105,9 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
         needs_env = (s.informative_only or by_place
                      or any(r.plain_system_prompts is None and r.format_instruction for r in records))
         env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(cfg.task.train_kwargs())) if needs_env else None
-        candidates = [candidate(pos, rec, sample_index=sample,
-                                informative=record_informed(env, rec) if s.informative_only and rec.scored else None,
-                                place=record_place(env, rec) if by_place else None)
-                      for pos, (rec, sample) in enumerate(zip(records, sample_positions(records)))]
-        result = select_best(candidates, keep_fraction=s.keep_fraction, reward_threshold=s.reward_threshold,
-                             min_score=s.min_score, informative_only=s.informative_only)
+        result = select_best(selection_candidates(records, env, s), keep_fraction=s.keep_fraction,
+                             reward_threshold=s.reward_threshold, min_score=s.min_score,
+                             informative_only=s.informative_only)
         tokenizer = AutoTokenizer.from_pretrained(self.model_before(it))
         rows, chosen = [], []
         for c in result.selected:
@@ -153,6 +149,20 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
 
     def _summary_detail(self, s: Mapping[str, Any]) -> str:
         return f"kept {s['kept_examples']} examples ({s['kept_dialogues']} dialogues)"
+
+
+def selection_candidates(records: Sequence[Any], env: Any, selection: SelectionSection) -> list[Any]:
+    """Selection's candidates for one iteration's scored records: keyed by position, numbered
+    within their question, with the partners' information checked (`informative_only`) and the
+    answer's place read (`group_by: question_and_place`) on `env`, the task they were sampled from."""
+    from optima_train.informative import record_informed, record_place
+    from optima_train.selection import candidate
+
+    by_place = selection.group_by == "question_and_place"
+    return [candidate(pos, rec, sample_index=sample,
+                      informative=record_informed(env, rec) if selection.informative_only and rec.scored else None,
+                      place=record_place(env, rec) if by_place else None)
+            for pos, (rec, sample) in enumerate(zip(records, sample_positions(records)))]
 
 
 def sample_positions(records: Sequence[Any]) -> list[int]:

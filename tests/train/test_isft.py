@@ -380,12 +380,14 @@ class TestResumeScripted:
 
 def answer_own_city(observation):
     """The first speaker answers at once with a birthplace it holds, else tells its facts; its
-    partner answers with its own birthplace: the dialogue is shorter where the first holds one."""
+    partner repeats an answer it was given, else answers with its own birthplace: the dialogue is
+    shorter where the first holds one."""
     cities = [e.split(" was born in ")[1].rstrip(".") for e in observation["evidence"] if " was born in " in e]
     cities = [c for c in cities if not c.isdigit()]
+    given = re.findall(r"<A>(.*?)</A>", " ".join(t["text"] for t in observation["transcript"]))
     if observation["turn"] == 0 and not cities:
         return "I know: " + " ".join(observation["evidence"])
-    return f"<A>{cities[0] if cities else 'unknown'}</A>"
+    return f"<A>{given[-1] if given else cities[0] if cities else 'unknown'}</A>"
 
 
 @pytest.mark.model  # selection reads the embedded model's tokenizer
