@@ -69,6 +69,17 @@ def markdown_table(header: Sequence[Any], rows: Sequence[Sequence[Any]]) -> list
     return [line(header), "|" + "---|" * len(header), *(line(r) for r in rows)]
 
 
+def publish_table(out: str, title: str, intro: str, header: Sequence[Any], rows: Sequence[Sequence[Any]],
+                  payload: dict[str, Any]) -> str:
+    """Write `<out>.md` (a `# title`, `intro`, the table) and `<out>.json` (`payload`) under RESULTS
+    and print the markdown; returns it."""
+    text = "\n".join([f"# {title}", "", intro, "", *markdown_table(header, rows)]) + "\n"
+    write_report(RESULTS / f"{out}.md", text)
+    write_result(out, payload)
+    print(text)
+    return text
+
+
 def invocation(script: str, argv: Sequence[str] | None = None) -> str:
     """The command that ran `benchmarks/<script>` with `argv` (default: this process's), as a
     result records it: runnable again from the repository root of another machine."""

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, invocation, markdown_table, write_report, write_result  # noqa: E402
+from benchmarks._results import invocation, publish_table  # noqa: E402
 
 
 def first_answer_turn(messages: Sequence[str], tag: str = "<A>") -> int | None:
@@ -70,15 +70,11 @@ def main() -> None:
     rows = [cell_turns(Path(c)) for c in args.cells]
     columns = sorted({k for r in rows for k in r} - {"label", "cell", "dialogues"})
     command = invocation("answer_turns.py")
-    lines = ["# Partner-only questions: the turn of the first answer", "",
-             f"Made by: `{command}`. Counts over each cell's partner-only held-out dialogues.", "",
-             *markdown_table(["model", "dialogues", *columns],
-                             [[r["label"], r.get("dialogues", 0), *(r.get(c, 0) for c in columns)] for r in rows])]
-    text = "\n".join(lines) + "\n"
-    write_report(RESULTS / f"{args.out}.md", text)
-    write_result(args.out, {"command": command, "cells": rows})
-    print(text)
-
+    publish_table(args.out, "Partner-only questions: the turn of the first answer",
+                  f"Made by: `{command}`. Counts over each cell's partner-only held-out dialogues.",
+                  ["model", "dialogues", *columns],
+                  [[r["label"], r.get("dialogues", 0), *(r.get(c, 0) for c in columns)] for r in rows],
+                  {"command": command, "cells": rows})
 
 if __name__ == "__main__":
     main()

@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, invocation, markdown_table, write_report, write_result  # noqa: E402
+from benchmarks._results import invocation, publish_table  # noqa: E402
 
 GROUPINGS = ("question", "question_and_place")
 
@@ -93,18 +93,14 @@ def main() -> None:
         raise SystemExit("none of the runs named has a finished scoring step")
     columns = [k for k in rows[0] if k not in ("run", "iteration", "dialogues", "group_by_used")]
     command = invocation("selection_places.py")
-    lines = ["# What selection keeps, by where the answer lay", "",
-             f"Made by: `{command}`. Right dialogues (score >= the run's `min_score`, informed where the run "
-             "asks `informative_only`) per answer place, the questions with one, and the dialogues selection "
-             "keeps per question (`by_question`) and per question and place (`by_question_and_place`).", "",
-             *markdown_table(["run", "iteration", "dialogues", "group_by used", *columns],
-                             [[r["run"], r["iteration"], r["dialogues"], r["group_by_used"], *(r[c] for c in columns)]
-                              for r in rows])]
-    text = "\n".join(lines) + "\n"
-    write_report(RESULTS / f"{args.out}.md", text)
-    write_result(args.out, {"command": command, "iterations": rows})
-    print(text)
-
+    publish_table(args.out, "What selection keeps, by where the answer lay",
+                  f"Made by: `{command}`. Right dialogues (score >= the run's `min_score`, informed where the run "
+                  "asks `informative_only`) per answer place, the questions with one, and the dialogues selection "
+                  "keeps per question (`by_question`) and per question and place (`by_question_and_place`).",
+                  ["run", "iteration", "dialogues", "group_by used", *columns],
+                  [[r["run"], r["iteration"], r["dialogues"], r["group_by_used"], *(r[c] for c in columns)]
+                   for r in rows],
+                  {"command": command, "iterations": rows})
 
 if __name__ == "__main__":
     main()
