@@ -1,5 +1,5 @@
-"""Where a sampled dialogue's answer lay, and whether its partners told the answering seat what
-it lacked.
+"""Where a sampled dialogue's answer lay, whether its partners told the answering seat what it
+lacked, and whether every answer in it was given by a seat that could know it.
 
 The record keeps the messages but not the evidence split, so the env that sampled it is reset
 with the record's seed and index (the split is drawn before anything else) to recover it.
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from optima_envs.core.places import answer_place, partners_informed
+from optima_envs.core.places import answer_place, answers_grounded, partners_informed
 from optima_envs.errors import ConfigError
 from optima_train.examples.views import reset_as
 
-__all__ = ["record_informed", "record_place"]
+__all__ = ["record_grounded", "record_informed", "record_place"]
 
 
 def record_informed(env: Any, record: Any) -> bool | None:
@@ -44,3 +44,21 @@ def record_place(env: Any, record: Any) -> str:
         raise ConfigError(f"selection.group_by: question_and_place needs a task whose agents hold private evidence; "
                           f"{record.env_id} deals none (use group_by: question)")
     return place
+
+
+def record_grounded(env: Any, record: Any) -> bool:
+    """`answers_grounded` for one `EpisodeRecord`, on the (unwrapped) env it was sampled from.
+
+    Raises:
+        ConfigError: the task's evidence marks no supporting facts, so no answer can be checked.
+        ValueError: the env rebuilds another instance (it is not the one the record came from).
+    """
+    reset_as(env, record, "checking")
+    state = env.unwrapped.state
+    seats = {name: i for i, name in enumerate(record.agents)}
+    messages = [(seats[turn.speaker], turn.text, bool(turn.answer)) for turn in record.turns]
+    grounded = answers_grounded(state.instance, state.evidence, messages)
+    if grounded is None:
+        raise ConfigError(f"selection.grounded_only needs a task whose evidence marks its supporting facts; "
+                          f"{record.env_id} instance {record.instance_id!r} marks none (set grounded_only: false)")
+    return grounded

@@ -3,8 +3,10 @@
 Pure and deterministic (docs/design.md section 2):
 
 1. Drop candidates without a reward (scoring or infrastructure failures; counted, never 0),
-   and, with `informative_only`, those whose partners did not tell the answerer what it lacked
-   (`Candidate.informative` False: a right answer there is a guess).
+   with `informative_only` those whose partners did not tell the answerer what it lacked
+   (`Candidate.informative` False: a right answer there is a guess), and with `grounded_only`
+   those where some answer was given by a seat that could not know it yet (`Candidate.grounded`
+   False).
 2. Per group, keep the best candidate: highest reward, then fewest tokens, then lowest sample
    index (so ties never depend on input order). A group is a question, or, when the evidence is
    re-dealt per sample, a question and where its answer lies (`candidate(place=...)`): ranked
@@ -41,10 +43,11 @@ class Candidate:
     sample_index: int = 0
     excluded: str | None = None
     informative: bool | None = None  # the partners' messages carried the answer (None: not checked)
+    grounded: bool | None = None  # every answer was given by a seat that could know it (None: not checked)
 
 
 def candidate(key: Hashable, record: Any, *, sample_index: int = 0, informative: bool | None = None,
-              place: str | None = None) -> Candidate:
+              grounded: bool | None = None, place: str | None = None) -> Candidate:
     """An `EpisodeRecord` with its reward components attached as a candidate: grouped by its
     question (and by `place`, where its answer lay in this sample's evidence, when given), ranked
     by `reward_components["reward"]`, excluded when it has no usable score."""
@@ -52,7 +55,7 @@ def candidate(key: Hashable, record: Any, *, sample_index: int = 0, informative:
     group = record.instance_id if place is None else (record.instance_id, place)
     return Candidate(key=key, group=group, reward=record.reward_components.get("reward"),
                      score=record.score, tokens=record.total_tokens, sample_index=sample_index, excluded=excluded,
-                     informative=informative)
+                     informative=informative, grounded=grounded)
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ def _rank(c: Candidate) -> tuple:
 
 def select_best(candidates: Sequence[Candidate], *, keep_fraction: float = 0.7,
                 reward_threshold: float | None = None, min_score: float | None = None,
-                informative_only: bool = False) -> SelectionResult:
+                informative_only: bool = False, grounded_only: bool = False) -> SelectionResult:
     """Pick the training dialogues of one iteration.
 
     Args:
@@ -76,15 +79,16 @@ def select_best(candidates: Sequence[Candidate], *, keep_fraction: float = 0.7,
         reward_threshold: keep only questions whose best reward is at least this (None: no bar).
         min_score: keep only questions whose best sample's task score is at least this.
         informative_only: rank only candidates whose `informative` is True.
+        grounded_only: rank only candidates whose `grounded` is True.
 
     Returns:
         The selected candidates (best reward first) and counts: candidates, excluded (and per
-        reason), uninformative (with `informative_only`), groups, groups_ranked, after_fraction,
+        reason), uninformative (with `informative_only`), ungrounded (with `grounded_only`), groups, groups_ranked, after_fraction,
         below_threshold, below_min_score, selected.
 
     Raises:
-        ConfigError: keep_fraction outside (0, 1]; `informative_only` with a candidate that was
-            not checked (`informative` None).
+        ConfigError: keep_fraction outside (0, 1]; `informative_only` or `grounded_only` with a
+            candidate that was not checked (None).
     """
     if not 0 < keep_fraction <= 1:
         raise ConfigError(f"selection.keep_fraction must be in (0, 1], got {keep_fraction}")
@@ -93,14 +97,17 @@ def select_best(candidates: Sequence[Candidate], *, keep_fraction: float = 0.7,
 
     ranked = [c for c in candidates if has_reward(c)]
     excluded = [c for c in candidates if not has_reward(c)]
-    uninformative: list[Candidate] = []
-    if informative_only:
-        unchecked = [c.key for c in ranked if c.informative is None]
+    dropped: dict[str, int] = {}
+    for flag, check, on in (("informative_only", "informative", informative_only),
+                            ("grounded_only", "grounded", grounded_only)):
+        if not on:
+            continue
+        unchecked = [c.key for c in ranked if getattr(c, check) is None]
         if unchecked:
-            raise ConfigError(f"selection.informative_only needs every candidate checked; {len(unchecked)} were not "
+            raise ConfigError(f"selection.{flag} needs every candidate checked; {len(unchecked)} were not "
                               f"(e.g. {unchecked[0]!r}): the task has no notion of a partner's information (debate)")
-        uninformative = [c for c in ranked if not c.informative]
-        ranked = [c for c in ranked if c.informative]
+        dropped[f"un{check}"] = sum(1 for c in ranked if not getattr(c, check))
+        ranked = [c for c in ranked if getattr(c, check)]
     best: dict[Hashable, Candidate] = {}
     for c in ranked:
         if c.group not in best or _rank(c) < _rank(best[c.group]):
@@ -120,7 +127,7 @@ def select_best(candidates: Sequence[Candidate], *, keep_fraction: float = 0.7,
         "excluded": len(excluded),
         **{f"excluded_{reason}": sum(1 for c in excluded if (c.excluded or "no_reward") == reason)
            for reason in sorted({c.excluded or "no_reward" for c in excluded})},
-        **({"uninformative": len(uninformative)} if informative_only else {}),
+        **dropped,
         "groups": len({c.group for c in candidates}),
         "groups_ranked": len(order),
         "after_fraction": len(top),

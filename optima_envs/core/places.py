@@ -23,7 +23,8 @@ from typing import Any, Sequence
 
 from optima_envs.core.types import Evidence, TaskInstance
 
-__all__ = ["PLACES", "always_partner", "answer_place", "gold_in_text", "partners_informed", "place_by_gold_text"]
+__all__ = ["PLACES", "always_partner", "answer_place", "answers_grounded", "gold_in_text", "partners_informed",
+           "place_by_gold_text"]
 
 PLACES = ("alone", "partner", "named")
 
@@ -34,10 +35,15 @@ def gold_in_text(gold: str, text: str) -> bool:
     return bool(words) and re.search(rf"(?<!\w){re.escape(words)}(?!\w)", text.casefold()) is not None
 
 
+def _golds(instance: TaskInstance) -> list[str]:
+    """The instance's gold answer and its aliases, as text."""
+    return [str(g) for g in instance.gold] if isinstance(instance.gold, (list, tuple)) else [str(instance.gold)]
+
+
 def place_by_gold_text(instance: TaskInstance, evidence: Sequence[Sequence[Evidence]], answerer: int) -> str:
     """`named` when the question holds any gold text, `alone` when the answering seat's evidence
     does, else `partner`."""
-    golds = [str(g) for g in instance.gold] if isinstance(instance.gold, (list, tuple)) else [str(instance.gold)]
+    golds = _golds(instance)
     if any(gold_in_text(g, instance.question) for g in golds):
         return "named"
     own = " ".join(piece.render() for piece in evidence[answerer])
@@ -87,5 +93,32 @@ def partners_informed(task: Any, instance: TaskInstance, evidence: Sequence[Sequ
     said = [text for seat, text in messages if seat != answerer]
     if task.informative is not None:
         return bool(task.informative(instance, evidence, said))
-    golds = [str(g) for g in instance.gold] if isinstance(instance.gold, (list, tuple)) else [str(instance.gold)]
+    golds = _golds(instance)
     return any(gold_in_text(g, " ".join(said)) for g in golds)
+
+
+def answers_grounded(instance: TaskInstance, evidence: Sequence[Sequence[Evidence]],
+                     messages: Sequence[tuple[int, str, bool]]) -> bool | None:
+    """Whether every answer in a dialogue was given by a seat that could know it then.
+
+    `messages` are (seat, text, answered) triples in order, `answered` True where the text holds
+    an answer. A seat could know the answer when every supporting piece of evidence is its own or
+    was written out (case aside) in a partner's earlier message, or when a partner had
+    already written the gold answer (trusting a partner who knows is not a guess). With distractors
+    an agent can often name a right answer without knowing it (its one city, one of two named
+    people); training on such lucky answers teaches answering before hearing the partner.
+
+    None when the instance's evidence marks nothing as supporting (no check is possible).
+    """
+    support = [e.text for pieces in evidence for e in pieces if e.supporting]
+    if not support:
+        return None
+    golds = _golds(instance)
+    for k, (seat, _, answered) in enumerate(messages):
+        if not answered:
+            continue
+        heard = " ".join(text for other, text, _ in messages[:k] if other != seat)
+        known = " ".join([*(e.text for e in evidence[seat]), heard])
+        if not (all(gold_in_text(fact, known) for fact in support) or any(gold_in_text(g, heard) for g in golds)):
+            return False
+    return True

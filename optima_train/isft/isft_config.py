@@ -94,6 +94,11 @@ class SelectionSection:
         "Rank only dialogues whose partners told the answerer what it lacked (the task's informative "
         "check; on questions the answerer can answer alone every dialogue counts): a right answer "
         "after messages that carry nothing is a guess."))
+    grounded_only: bool = field(default=False, metadata=_help(
+        "Rank only dialogues in which every answer was given by a seat that could know it: it held every "
+        "supporting fact, its own or written out in a partner's earlier message, or a partner had written the "
+        "answer (tasks whose evidence marks supporting facts). With distractors most right answers are lucky "
+        "guesses among the names an agent holds; training on them teaches answering before listening."))
     group_by: str = field(default="question", metadata=_help(
         "What the best dialogue is chosen within: `question`, or `question_and_place` (a question and "
         "where its answer lay in that sample's evidence: with the seat, with its partner, or named in the "

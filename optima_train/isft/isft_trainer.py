@@ -102,12 +102,12 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
         # The env is rebuilt only to check the partners' information or the answer's place, or for
         # records from before episodes kept their plain prompts (`plain_prompts` then resets it).
         by_place = s.group_by == "question_and_place"
-        needs_env = (s.informative_only or by_place
+        needs_env = (s.informative_only or s.grounded_only or by_place
                      or any(r.plain_system_prompts is None and r.format_instruction for r in records))
         env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(cfg.task.train_kwargs())) if needs_env else None
         result = select_best(selection_candidates(records, env, s), keep_fraction=s.keep_fraction,
                              reward_threshold=s.reward_threshold, min_score=s.min_score,
-                             informative_only=s.informative_only)
+                             informative_only=s.informative_only, grounded_only=s.grounded_only)
         tokenizer = AutoTokenizer.from_pretrained(self.model_before(it))
         rows, chosen = [], []
         for c in result.selected:
@@ -153,14 +153,16 @@ class ISFTTrainer(SampledDialogues[ISFTConfig]):
 
 def selection_candidates(records: Sequence[Any], env: Any, selection: SelectionSection) -> list[Any]:
     """Selection's candidates for one iteration's scored records: keyed by position, numbered
-    within their question, with the partners' information checked (`informative_only`) and the
-    answer's place read (`group_by: question_and_place`) on `env`, the task they were sampled from."""
-    from optima_train.informative import record_informed, record_place
+    within their question, with the partners' information (`informative_only`) and the answers'
+    grounding (`grounded_only`) checked and the answer's place read (`group_by:
+    question_and_place`) on `env`, the task they were sampled from."""
+    from optima_train.informative import record_grounded, record_informed, record_place
     from optima_train.selection import candidate
 
     by_place = selection.group_by == "question_and_place"
     return [candidate(pos, rec, sample_index=sample,
                       informative=record_informed(env, rec) if selection.informative_only and rec.scored else None,
+                      grounded=record_grounded(env, rec) if selection.grounded_only and rec.scored else None,
                       place=record_place(env, rec) if by_place else None)
             for pos, (rec, sample) in enumerate(zip(records, sample_positions(records)))]
 

@@ -24,6 +24,12 @@ def referential(index: int = 0):
     return env
 
 
+def referential_pick(split: str = "validation"):
+    """The record of one referential game whose listener picks A at once."""
+    return rollout("referential-game", ScriptedPolicy(lambda o: "<A>A</A>"), [EpisodeSpec(seed=0, index=0)],
+                   env_kwargs={"split": split}, progress=False)[0]
+
+
 class TestReferentialCheck:
     def test_naming_the_target_alone_is_informative(self):
         state = referential().state
@@ -85,11 +91,8 @@ class TestRecordInformed:
         assert [record_informed(env, r) for r in untold] == [False] * 6
 
     def test_another_env_is_refused(self):
-        env = optima_envs.make("referential-game", split="validation")
-        record = rollout("referential-game", ScriptedPolicy(lambda o: "<A>A</A>"), [EpisodeSpec(seed=0, index=0)],
-                         env_kwargs={"split": "train"}, progress=False)[0]
         with pytest.raises(ValueError, match="rebuilt instance"):
-            record_informed(env, record)
+            record_informed(referential(), referential_pick(split="train"))
 
 
 class TestInformativeOnly:
@@ -160,3 +163,53 @@ class TestGroupByPlace:
         with pytest.raises(ConfigError, match=re.escape("selection.group_by must be one of ['question', "
                                                         "'question_and_place'], got 'place'")):
             SelectionSection(group_by="place")
+
+
+class TestAnswersGrounded:
+    @staticmethod
+    def chain():
+        from optima_envs.core.types import Evidence, TaskInstance
+
+        instance = TaskInstance(instance_id="q", question="In which city was the founder of Zorp born?", gold="Krelo")
+        evidence = ((Evidence("Bami was born in Krelo.", supporting=True), Evidence("Tailo was born in Vibri.")),
+                    (Evidence("Zorp was founded by Bami.", supporting=True),))
+        return instance, evidence
+
+    def test_an_answer_before_hearing_the_link_fact_is_a_guess(self):
+        from optima_envs.core.places import answers_grounded
+
+        instance, evidence = self.chain()
+        assert answers_grounded(instance, evidence, [(0, "<A>Krelo</A>", True), (1, "<A>Krelo</A>", True)]) is False
+
+    def test_answering_after_hearing_every_fact_or_the_answer_is_grounded(self):
+        from optima_envs.core.places import answers_grounded
+
+        instance, evidence = self.chain()
+        told_fact = [(0, "Bami was born in Krelo.", False), (1, "ZORP was founded by Bami. <A>Krelo</A>", True),
+                     (0, "<A>Krelo</A>", True)]
+        assert answers_grounded(instance, evidence, told_fact) is True  # seat 1 read the fact; seat 0 its answer
+        told_only_answer = [(1, "Zorp was founded by Bami.", False), (0, "<A>Krelo</A>", True)]
+        assert answers_grounded(instance, evidence, told_only_answer) is True
+        # A fact written by the answering seat itself does not count as heard.
+        assert answers_grounded(instance, evidence, [(0, "Zorp was founded by Bami. <A>Krelo</A>", True)]) is False
+
+    def test_no_supporting_evidence_means_no_check(self):
+        from optima_envs.core.places import answers_grounded
+        from optima_envs.core.types import Evidence, TaskInstance
+
+        instance = TaskInstance(instance_id="q", question="?", gold="A")
+        assert answers_grounded(instance, ((Evidence("x"),), (Evidence("y"),)), [(0, "<A>A</A>", True)]) is None
+
+    def test_selection_ranks_only_grounded_dialogues_and_refuses_unchecked_ones(self):
+        cands = [Candidate(0, "a", 1.0, grounded=False), Candidate(1, "a", 0.5, grounded=True),
+                 Candidate(2, "b", 1.0, grounded=False)]
+        res = select_best(cands, keep_fraction=1.0, min_score=None, grounded_only=True)
+        assert [c.key for c in res.selected] == [1] and res.stats["ungrounded"] == 2
+        with pytest.raises(ConfigError, match=re.escape("grounded_only needs every candidate checked")):
+            select_best([Candidate(0, "a", 1.0)], grounded_only=True)
+
+    def test_a_record_of_a_task_without_supporting_facts_is_refused(self):
+        from optima_train.informative import record_grounded
+
+        with pytest.raises(ConfigError, match="grounded_only needs a task whose evidence marks its supporting"):
+            record_grounded(referential(), referential_pick())
