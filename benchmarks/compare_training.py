@@ -19,6 +19,10 @@ questions are resampled, the same resample for both sides, and each side's value
 run seeds of its mean over the resampled questions. Seeds are not resampled (three are too few to
 resample), so the interval covers question sampling only; the seeds' spread is shown beside it.
 
+With `--by-place` (board mode, information-asymmetric tasks and games), the score difference is
+also given on each part of the held-out set by where the answer lay (`optima_envs.core.places`:
+`alone`, `partner`, `named`), e.g. on the questions only the partner can answer.
+
 Writes `benchmarks/results/<out>.json` and `.md` (default `<a>_vs_<b>`).
 """
 
@@ -118,6 +122,30 @@ def check_same_questions(sides: Sequence[Sequence[Sequence[dict[str, Any]]]]) ->
                          "put every run on one board with the same --questions and --set options")
 
 
+def question_places(board: Path, side: Side) -> dict[str, list[int]]:
+    """Indexes (in board order) of the held-out questions by where their answer lay, read from the
+    held-out set of the side's first cell, rebuilt."""
+    from optima_envs.core.places import answer_place
+    from optima_eval.leaderboard.cells import read_cell
+    from optima_eval.leaderboard.diagnostics import heldout_setup
+
+    cell = read_cell(board / side.cells[0]["cell"])
+    setup = heldout_setup(cell.description["heldout"], cell.description.get("locations"))
+    if setup is None:
+        raise SystemExit(f"--by-place: the held-out set of {side.cells[0]['cell']} cannot be rebuilt here")
+    task, _, questions = setup
+    by_position = {q.position: q for q in questions}
+    places: dict[str, list[int]] = {}
+    for i, position in enumerate(sorted(o.position for o in cell.outcomes)):
+        q = by_position[position]
+        place = answer_place(task, q.instance, q.evidence)
+        if place is None:
+            raise SystemExit(f"--by-place: the task of {side.cells[0]['cell']} has no answer places (its agents hold "
+                             "no private evidence)")
+        places.setdefault(place, []).append(i)
+    return dict(sorted(places.items()))
+
+
 def seed_mean(runs: Sequence[Sequence[dict[str, Any]]], field: str, picks: Sequence[int]) -> float:
     """Mean over run seeds of the mean over the picked questions; unscored answers are left out,
     as the board leaves them out of its score."""
@@ -198,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="Only cells (and baselines) whose held-out env options have KEY=VALUE, where the board "
                              "holds several sets of one task (repeatable).")
     parser.add_argument("--base-label", default="smollm2-135m", help="The untrained model's label on the board.")
+    parser.add_argument("--by-place", action="store_true",
+                        help="Also compare the score on each part of the held-out set by where the answer lay.")
     parser.add_argument("--samples", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
@@ -227,6 +257,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     check_same_questions(runs)
     diff = {field: paired_bootstrap(runs[0], runs[1], field, samples=args.samples, seed=args.seed)
             for field in ("score", "tokens")}
+    if args.by_place:
+        if not args.cells:
+            parser.error("--by-place needs two --cells sides")
+        for place, picks in question_places(ROOT / board, sides[0]).items():
+            subset = [[[run[i] for i in picks] for run in side_runs] for side_runs in runs]
+            diff[f"score, {place} ({len(picks)} questions)"] = paired_bootstrap(
+                *subset, "score", samples=args.samples, seed=args.seed)
     out = args.out or f"{names[0]}_vs_{names[1]}"
     command = invocation("compare_training.py", argv)
     text = report(sides, best, diff, task=task, task_kwargs=task_kwargs, board=board, command=command,

@@ -110,3 +110,23 @@ def test_two_held_out_sets_of_one_task_must_be_told_apart_with_heldout(tmp_path,
     monkeypatch.setattr(compare_training, "write_report", lambda path, text: None)
     compare_training.main(args + ["--heldout", "distractors=2"])
     assert written["rows"][0]["score"]["runs"] == [0.9, 0.8]
+
+
+def test_questions_are_split_by_where_their_answer_lay_on_the_rebuilt_held_out_set(tmp_path):
+    import optima_envs
+    from optima_envs.core.places import answer_place
+
+    heldout = {"env_id": "synth-hop-ia", "env_version": 2, "count": 12, "seed": 1_000_000, "first_index": 0,
+               "env_kwargs": {"split": "validation", "distractors": "2", "comparison_rate": "0.5", "max_turns": "4"}}
+    outcomes = [{"position": i, "instance_id": f"synth-hop-validation-{i}", "answer": None, "score": 0.0,
+                 "score_ok": True, "tokens": 10, "infra_failure": False, "score_error": None, "error": None,
+                 "samples": [], "transcript": []} for i in reversed(range(12))]
+    (tmp_path / "cell.json").write_text(json.dumps({"cell": {"heldout": heldout}, "summary": {}, "outcomes": outcomes}))
+    side = compare_training.Side("a", "cells", [{"cell": "cell.json"}])
+    places = compare_training.question_places(tmp_path, side)
+    env = optima_envs.make("synth-hop-ia", split="validation", distractors=2, comparison_rate=0.5)
+    expected: dict[str, list[int]] = {}
+    for i in range(12):
+        env.reset(seed=1_000_000 + i, options={"index": i})
+        expected.setdefault(answer_place(env.task, env.state.instance, env.state.evidence), []).append(i)
+    assert places == dict(sorted(expected.items())) and len(places) >= 2
