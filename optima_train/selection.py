@@ -83,8 +83,8 @@ def select_best(candidates: Sequence[Candidate], *, keep_fraction: float = 0.7,
 
     Returns:
         The selected candidates (best reward first) and counts: candidates, excluded (and per
-        reason), uninformative (with `informative_only`), ungrounded (with `grounded_only`), groups, groups_ranked, after_fraction,
-        below_threshold, below_min_score, selected.
+        reason), uninformative (with `informative_only`), ungrounded (with `grounded_only`),
+        groups, groups_ranked, after_fraction, below_threshold, below_min_score, selected.
 
     Raises:
         ConfigError: keep_fraction outside (0, 1]; `informative_only` or `grounded_only` with a
@@ -105,7 +105,7 @@ def select_best(candidates: Sequence[Candidate], *, keep_fraction: float = 0.7,
         unchecked = [c.key for c in ranked if getattr(c, check) is None]
         if unchecked:
             raise ConfigError(f"selection.{flag} needs every candidate checked; {len(unchecked)} were not "
-                              f"(e.g. {unchecked[0]!r}): the task has no notion of a partner's information (debate)")
+                              f"(e.g. {unchecked[0]!r}): the task holds no private evidence to check it against (debate)")
         dropped[f"un{check}"] = sum(1 for c in ranked if not getattr(c, check))
         ranked = [c for c in ranked if getattr(c, check)]
     best: dict[Hashable, Candidate] = {}
