@@ -16,17 +16,23 @@ from optima_train.examples.views import reset_as
 __all__ = ["record_grounded", "record_informed", "record_place"]
 
 
+def _replay(env: Any, record: Any) -> tuple[Any, Any, list[tuple[int, str, bool]]]:
+    """Reset `env` to the record's instance and deal; its task, state, and the record's messages as
+    (seat, text, answered) triples."""
+    reset_as(env, record, "checking")
+    seats = {name: i for i, name in enumerate(record.agents)}
+    return (env.unwrapped.task, env.unwrapped.state,
+            [(seats[turn.speaker], turn.text, bool(turn.answer)) for turn in record.turns])
+
+
 def record_informed(env: Any, record: Any) -> bool | None:
     """`partners_informed` for one `EpisodeRecord`, on the (unwrapped) env it was sampled from.
 
     Raises:
         ValueError: the env rebuilds another instance (it is not the one the record came from).
     """
-    reset_as(env, record, "checking")
-    state = env.unwrapped.state
-    seats = {name: i for i, name in enumerate(record.agents)}
-    messages = [(seats[turn.speaker], turn.text) for turn in record.turns]
-    return partners_informed(env.unwrapped.task, state.instance, state.evidence, messages)
+    task, state, messages = _replay(env, record)
+    return partners_informed(task, state.instance, state.evidence, [(seat, text) for seat, text, _ in messages])
 
 
 def record_place(env: Any, record: Any) -> str:
@@ -37,9 +43,8 @@ def record_place(env: Any, record: Any) -> str:
         ConfigError: the task deals no private evidence (debate), so no answer has a place.
         ValueError: the env rebuilds another instance (it is not the one the record came from).
     """
-    reset_as(env, record, "checking")
-    state = env.unwrapped.state
-    place = answer_place(env.unwrapped.task, state.instance, state.evidence)
+    task, state, _ = _replay(env, record)
+    place = answer_place(task, state.instance, state.evidence)
     if place is None:
         raise ConfigError(f"selection.group_by: question_and_place needs a task whose agents hold private evidence; "
                           f"{record.env_id} deals none (use group_by: question)")
@@ -53,10 +58,7 @@ def record_grounded(env: Any, record: Any) -> bool:
         ConfigError: the task's evidence marks no supporting facts, so no answer can be checked.
         ValueError: the env rebuilds another instance (it is not the one the record came from).
     """
-    reset_as(env, record, "checking")
-    state = env.unwrapped.state
-    seats = {name: i for i, name in enumerate(record.agents)}
-    messages = [(seats[turn.speaker], turn.text, bool(turn.answer)) for turn in record.turns]
+    _, state, messages = _replay(env, record)
     grounded = answers_grounded(state.instance, state.evidence, messages)
     if grounded is None:
         raise ConfigError(f"selection.grounded_only needs a task whose evidence marks its supporting facts; "
