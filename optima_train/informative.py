@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from optima_envs.core.places import answer_place, answers_grounded, partners_informed
+from optima_envs.core.places import answer_place, answers_grounded, partners_informed, seat_messages
 from optima_envs.errors import ConfigError
 from optima_train.examples.views import reset_as
 
@@ -20,9 +20,7 @@ def _replay(env: Any, record: Any) -> tuple[Any, Any, list[tuple[int, str, bool]
     """Reset `env` to the record's instance and deal; its task, state, and the record's messages as
     (seat, text, answered) triples."""
     reset_as(env, record, "checking")
-    seats = {name: i for i, name in enumerate(record.agents)}
-    return (env.unwrapped.task, env.unwrapped.state,
-            [(seats[turn.speaker], turn.text, bool(turn.answer)) for turn in record.turns])
+    return env.unwrapped.task, env.unwrapped.state, seat_messages(record.turns, record.agents)
 
 
 def record_informed(env: Any, record: Any) -> bool | None:

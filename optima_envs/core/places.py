@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from optima_envs.core.types import Evidence, TaskInstance
 
 __all__ = ["PLACES", "always_partner", "answer_place", "answers_grounded", "gold_in_text", "partners_informed",
-           "place_by_gold_text"]
+           "place_by_gold_text", "seat_messages"]
 
 PLACES = ("alone", "partner", "named")
 
@@ -95,6 +95,13 @@ def partners_informed(task: Any, instance: TaskInstance, evidence: Sequence[Sequ
         return bool(task.informative(instance, evidence, said))
     golds = _golds(instance)
     return any(gold_in_text(g, " ".join(said)) for g in golds)
+
+
+def seat_messages(turns: Sequence[Any], agents: Sequence[str]) -> list[tuple[int, str, bool]]:
+    """(seat, text, answered) triples, the form `answers_grounded` reads, from messages that carry
+    `speaker`, `text` and `answer` (the env's `Message`s or a record's turns); `agents` in seat order."""
+    seats = {name: i for i, name in enumerate(agents)}
+    return [(seats[turn.speaker], turn.text, bool(turn.answer)) for turn in turns]
 
 
 def answers_grounded(instance: TaskInstance, evidence: Sequence[Sequence[Evidence]],

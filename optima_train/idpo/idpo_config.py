@@ -117,6 +117,11 @@ class SearchRewardSection(RewardSection):
     token_percentile: float = field(default=85.0, metadata=_help(
         "Percentile of the first search round's token counts that fixes max_tokens for the whole search "
         "(reference: 85)."))
+    grounded_only: bool = field(default=False, metadata=_help(
+        "Count a rollout's task score only when every answer in it was given by an agent that held every "
+        "supporting fact then or had been told the answer (`answers_grounded`): a right guess scores as wrong, so "
+        "node values and pairs prefer passing a fact to guessing. Needs a task that marks supporting facts. "
+        "Search only: iSFT's ranking filters the same way with selection.grounded_only."))
 
 
 @dataclass

@@ -90,7 +90,8 @@ class IDPOTrainer(IterativeTrainer[IDPOConfig]):
         model = self.model_before(it)
         policy = self._policy_for(model, sampling)
         reward = OptimaTreeReward(r.weights(), self._reference() if r.lambda_loss > 0 else None,
-                                  token_percentile=r.token_percentile, repeat_ratio=r.repeat_ratio,
+                                  token_percentile=r.token_percentile, grounded_only=r.grounded_only,
+                                  repeat_ratio=r.repeat_ratio,
                                   repeat_min_chars=r.repeat_min_chars)
         env = optima_envs.make(cfg.task.env_id, **self._env_kwargs(cfg.task.train_kwargs()))
         tasks = [TreeTask(f"i{it:03d}-q{q:06d}", seed=derive_seed(cfg.run.seed, it, q), options={"index": q})

@@ -141,7 +141,7 @@ class ISFTDPOConfig:
             "generation": {**d["generation"],
                            "format_pool_first_iteration": self.generation.format_pool_first_iteration and cycle == 0,
                            "constrained_answers": first_cycle_only(self.generation.constrained_answers, cycle)},
-            "reward": reward, "selection": d["selection"], "lora": d["lora"], "train": d["sft"],
+            "reward": {k: v for k, v in reward.items() if k != "grounded_only"}, "selection": d["selection"], "lora": d["lora"], "train": d["sft"],
             "eval": {**d["eval"], "baseline": self.eval.baseline and cycle == 0},
             "run": {**run, "output_dir": stage_dir(output_dir, cycle, "isft"),
                     "iterations": self.cycles.isft_iterations},

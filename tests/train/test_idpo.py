@@ -1,3 +1,4 @@
+import json
 import re
 from pathlib import Path
 
@@ -173,7 +174,7 @@ def test_isft_dpo_cycles_hand_over_models_and_resume(tmp_path, tiny_model):
         "pairs": {"min_chosen_value": -10.0, "min_gap": 0.0, "keep_fraction": 1.0},
         "dpo": {"max_steps": 1, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
                 "max_length": 256, "bf16": False},
-        "reward": {"lambda_loss": 0.5},
+        "reward": {"lambda_loss": 0.5, "grounded_only": True},
         "lora": {"r": 2, "alpha": 4},
         "eval": {"episodes": 2, "baseline": True},
         "cycles": {"count": 2},
@@ -203,6 +204,13 @@ def test_isft_dpo_cycles_hand_over_models_and_resume(tmp_path, tiny_model):
     assert rows[1]["kept_pairs"] >= 1 and rows[3]["checkpoint"].startswith(str(run / "cycle_001" / "idpo"))
     summary = yaml_load(run / "summary.json")
     assert summary["baseline"] is not None and len(summary["stages"]) == 4
+    # the search scored its rollouts with the grounded reward: a right answer without the facts is a guess
+    import pyarrow.parquet as pq
+
+    rollouts = pq.read_table(run / "cycle_000" / "idpo" / "iter_000" / "search" / "rollouts.parquet").to_pylist()
+    components = [json.loads(r["components"]) for r in rollouts]
+    assert components and all(c["grounded"] in (0.0, 1.0) for c in components)
+    assert all(c["score"] == 0.0 for c in components if c["grounded"] == 0.0)
 
 
 def yaml_load(path):

@@ -196,3 +196,27 @@ class TestEnumeratedAnswers:
         plain = _search(TurnScript(script), MCTSConfig(iterations=2, seed=0)).trees[0]
         enumerated = _search(TurnScript(script), MCTSConfig(iterations=2, enumerate_answers=True, seed=0)).trees[0]
         assert [n.text for n in enumerated] == [n.text for n in plain]
+
+
+class TestGroundedReward:
+    """synth-hop-ia seed 0: Alice holds "Stader was born in Griru." (the answer city), Bob the link
+    fact "Tropepein was founded by Stader."; Alice answering at once is a right guess."""
+
+    GUESS, TELL, WRONG = "<A>Griru</A>", "Stader was born in Griru.", "<A>Nowhere</A>"
+
+    def _tree(self, grounded_only):
+        from optima_agents.mcts import OptimaTreeReward
+
+        policy = TurnScript({0: [self.GUESS, self.TELL, self.WRONG], 1: ["<A>Griru</A>"], 2: ["<A>Griru</A>"]})
+        reward = OptimaTreeReward.without_reference_model(max_tokens=50.0, grounded_only=grounded_only)
+        return _search(policy, MCTSConfig(iterations=1), reward=reward).trees[0]
+
+    def test_the_search_prefers_passing_the_fact_to_a_right_guess(self):
+        plain, grounded = self._tree(False), self._tree(True)
+        assert [n.text for n in grounded.children(0)] == [self.GUESS, self.TELL, self.WRONG]
+        guess, tell, _ = plain.children(0)
+        assert guess.value > tell.value > 0  # the shorter right dialogue wins on tokens
+        guess, tell, wrong = grounded.children(0)
+        assert guess.value < 0 and wrong.value < 0 < tell.value
+        pairs = extract_pairs([grounded], PairConfig()).kept
+        assert [(p.node_id, p.chosen_id) for p in pairs] == [(0, tell.node_id)]
