@@ -5,7 +5,10 @@ script says what happened instead: for each board cell named, on its partner-onl
 questions (`optima_envs.core.places`), the turn of the dialogue's first `<A>` tag (0: the first
 speaker answers before hearing anything), whether the partner told, the dialogue's length, and the
 score, counted over the dialogues. A pair whose first speaker answers at turn 0 is guessing; a
-short dialogue after such a guess means the partner agreed with it.
+short dialogue after such a guess means the partner agreed with it. Over all questions it also
+counts the right dialogues whose every answer was grounded (`answers_grounded`: given by an agent
+that held every supporting fact then, or had been told the answer): the share of right answers
+that came from knowing rather than guessing.
 
     python benchmarks/answer_turns.py CELL.json [CELL.json ...] --out answer_turns_synth_hop_distractors
 
@@ -31,9 +34,15 @@ def first_answer_turn(messages: Sequence[str], tag: str = "<A>") -> int | None:
     return next((i for i, text in enumerate(messages) if tag in text), None)
 
 
+def tagged_messages(transcript: Sequence[dict[str, str]], seats: dict[str, int],
+                    tag: str = "<A>") -> list[tuple[int, str, bool]]:
+    """A board transcript as (seat, text, answered) triples; a message answers when it holds `tag`."""
+    return [(seats[t["speaker"]], t["text"], tag in t["text"]) for t in transcript if t["speaker"] in seats]
+
+
 def cell_turns(path: Path) -> dict[str, Any]:
-    """Counts over one cell's partner-only dialogues."""
-    from optima_envs.core.places import answer_place, partners_informed
+    """Counts over one cell's partner-only dialogues, and its right and grounded ones overall."""
+    from optima_envs.core.places import answer_place, answers_grounded, partners_informed
     from optima_eval.leaderboard.cells import read_cell
     from optima_eval.leaderboard.diagnostics import heldout_setup
 
@@ -47,9 +56,16 @@ def cell_turns(path: Path) -> dict[str, Any]:
     counts: Counter[str] = Counter()
     for o in cell.outcomes:
         q = by_position[o.position]
-        if not o.scored or not o.transcript or answer_place(task, q.instance, q.evidence) != "partner":
+        if not o.scored or not o.transcript:
             continue
-        messages = [(seats[t["speaker"]], t["text"]) for t in o.transcript if t["speaker"] in seats]
+        tagged = tagged_messages(o.transcript, seats)
+        counts["all questions: dialogues"] += 1
+        if o.score > 0:
+            counts["all questions: right"] += 1
+            counts["all questions: right, grounded"] += bool(answers_grounded(q.instance, q.evidence, tagged))
+        if answer_place(task, q.instance, q.evidence) != "partner":
+            continue
+        messages = [(seat, text) for seat, text, _ in tagged]
         turn = first_answer_turn([text for _, text in messages])
         told = bool(partners_informed(task, q.instance, q.evidence, messages))
         counts["dialogues"] += 1
@@ -71,7 +87,8 @@ def main() -> None:
     columns = sorted({k for r in rows for k in r} - {"label", "cell", "dialogues"})
     command = invocation("answer_turns.py")
     publish_table(args.out, "Partner-only questions: the turn of the first answer",
-                  f"Made by: `{command}`. Counts over each cell's partner-only held-out dialogues.",
+                  f"Made by: `{command}`. Counts over each cell's partner-only held-out dialogues, "
+                  "and (`all questions:`) over all of them.",
                   ["model", "dialogues", *columns],
                   [[r["label"], r.get("dialogues", 0), *(r.get(c, 0) for c in columns)] for r in rows],
                   {"command": command, "cells": rows})
