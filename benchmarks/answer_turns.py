@@ -62,7 +62,10 @@ def cell_turns(path: Path) -> dict[str, Any]:
         counts["all questions: dialogues"] += 1
         if o.score > 0:
             counts["all questions: right"] += 1
-            counts["all questions: right, grounded"] += bool(answers_grounded(q.instance, q.evidence, tagged))
+            grounded = answers_grounded(q.instance, q.evidence, tagged)
+            # a task whose evidence marks no supporting facts cannot be checked: counted apart, not as ungrounded
+            counts["all questions: right, grounded" if grounded else
+                   "all questions: right, not checkable" if grounded is None else "all questions: right, ungrounded"] += 1
         if answer_place(task, q.instance, q.evidence) != "partner":
             continue
         messages = [(seat, text) for seat, text, _ in tagged]
