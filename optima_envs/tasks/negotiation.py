@@ -36,11 +36,13 @@ import numpy as np
 
 from optima_envs.core.places import always_partner
 from optima_envs.core.task import DialogueOutcome, Role, Task
+from optima_envs.core.turn_patterns import escape
 from optima_envs.core.types import Evidence, Message, TaskInstance
 from optima_envs.errors import ConfigError
 from optima_envs.scoring import extract_tag
 from optima_envs.tasks.synth_hop import SPLITS, UNLIMITED
 
+SAMPLED_TURNS = ("moves", "values_first")
 ITEM_NAMES = ("book", "hat", "ball", "lamp", "mug", "coin")
 NEGOTIATOR = Role("negotiator", "You and your partner must agree on how to split a pool of items.")
 
@@ -48,13 +50,17 @@ NEGOTIATOR = Role("negotiator", "You and your partner must agree on how to split
 @dataclass(frozen=True)
 class NegotiationConfig:
     """Knobs: item_types (how many kinds of item), max_count (most items of one kind),
-    total_value (what the whole pool is worth to each agent)."""
+    total_value (what the whole pool is worth to each agent), and sampled_turns: what a
+    constrained sampler may write (never read by unconstrained play or the score): "moves", one
+    move a turn; "values_first", the opener states its own value table and makes no move, and
+    every later turn is a move, optionally after the speaker's table (`values_first_pattern`)."""
 
     item_types: int = 3
     max_count: int = 4
     total_value: int = 10
     split: Literal["train", "validation", "test"] = "train"
     seed: int = 0
+    sampled_turns: Literal["moves", "values_first"] = "moves"
 
     def __post_init__(self) -> None:
         if not 2 <= self.item_types <= 4:
@@ -65,6 +71,9 @@ class NegotiationConfig:
             raise ConfigError(f"negotiation-game: total_value must be in [2, 30], got {self.total_value}")
         if self.split not in SPLITS:
             raise ConfigError(f"negotiation-game: split must be one of {sorted(SPLITS)}, got {self.split!r}")
+        if self.sampled_turns not in SAMPLED_TURNS:
+            raise ConfigError(f"negotiation-game: sampled_turns must be one of {list(SAMPLED_TURNS)}, "
+                              f"got {self.sampled_turns!r}")
 
 
 @dataclass(frozen=True)
@@ -231,6 +240,42 @@ def move_pattern(instance: TaskInstance) -> str:
     return f"<A>(accept|propose {counts})</A>"
 
 
+def values_statement(table: str) -> str:
+    """"My values: book=2 hat=0 ball=1.", a speaker's own value table said to its partner."""
+    return f"My values: {table}."
+
+
+def values_first_pattern(instance: TaskInstance, evidence: Sequence[str], heard: Sequence[str] = ()) -> str:
+    """A constrained turn that makes value tables part of the exploration: the opener (who has
+    read nothing from its partner) states its own table verbatim and makes no move, so the
+    second speaker's first move is sampled with both tables in view; every later turn is one
+    move, optionally after the speaker's own table, and `accept` is offered only once the partner
+    has made a valid proposal (an accept before that ends the game at 0, and the untrained model,
+    offered it, takes it in most games). `evidence` is the speaker's rendered view
+    (`Your value per item: book=2 ...`), whose table is the one it may state.
+
+    Raises:
+        ValueError: the evidence holds neither seat's value table.
+    """
+    game = Game.of(instance)
+    tables = [format_take(game.items, game.values[s]) for s in (0, 1)]
+    own = next((t for t in tables if any(e.endswith(t) for e in evidence)), None)
+    if own is None:
+        raise ValueError(f"no value table of this game in the speaker's evidence {list(evidence)!r}")
+    statement = escape(values_statement(own))
+    if not heard:
+        return statement
+    move = move_pattern(instance)
+    if not any(isinstance(_tagged_move(text, game), Proposal) for text in heard):
+        move = move.replace("accept|", "")
+    return f"({statement} )?{move}"
+
+
+def _tagged_move(text: str, game: Game) -> Move | None:
+    answer = extract_tag(text, strict=True).answer
+    return None if answer is None else parse_move(answer, game.items, game.counts)
+
+
 # --- scoring the dialogue ------------------------------------------------------------------
 
 def accept_ends(history: Sequence[Message], message: Message) -> str | None:
@@ -350,10 +395,10 @@ def oracle_policy(instance: TaskInstance, agents: Sequence[str]) -> Callable[[Ma
 
 
 def make_task(*, item_types: int = 3, max_count: int = 4, total_value: int = 10, split: str = "train",
-              seed: int = 0) -> Task:
+              seed: int = 0, sampled_turns: str = "moves") -> Task:
     """Build the `negotiation-game` task; the keyword arguments are the `NegotiationConfig` knobs."""
     config = NegotiationConfig(item_types=item_types, max_count=max_count, total_value=total_value,
-                               split=split, seed=seed)
+                               split=split, seed=seed, sampled_turns=sampled_turns)
     return Task(
         name="negotiation-game",
         family="game",
@@ -368,6 +413,7 @@ def make_task(*, item_types: int = 3, max_count: int = 4, total_value: int = 10,
         score_dialogue=score_negotiation,
         num_agents=2,
         answer_pattern=move_pattern,
+        turn_pattern=values_first_pattern if config.sampled_turns == "values_first" else None,
         answer_place=always_partner,
         solo_metric=score_seat_proposal,
     )

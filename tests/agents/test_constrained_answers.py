@@ -166,6 +166,21 @@ class TestVLLM:
             assert re.fullmatch(env.task.answer_pattern(env.state.instance), pick.text), pick.text
             assert record.final_answer is not None
 
+    def test_sampled_values_first_negotiations_open_with_the_openers_own_table(self, vllm_policy):
+        policy = vllm_policy.with_sampling(SamplingParams(temperature=1.0, max_new_tokens=48, seed=0))
+        kwargs = {"max_turns": 3, "sampled_turns": "values_first"}
+        records = RolloutEngine("negotiation-game", policy, env_kwargs=kwargs, progress=False).run(
+            constrained(episode_specs(6, seed=4)))
+        env = optima_envs.make("negotiation-game", **kwargs)
+        for record in records:
+            env.reset(seed=record.seed, options={"index": record.index})
+            game = Game.of(env.state.instance)
+            assert record.turns[0].text == f"My values: {format_take(game.items, game.values[0])}."
+            for k, turn in enumerate(record.turns[1:], start=1):
+                heard = tuple(t.text for t in record.turns[:k] if t.speaker != turn.speaker)
+                evidence = (f"Your value per item: {format_take(game.items, game.values[k % 2])}",)
+                assert re.fullmatch(env.task.turn_pattern(env.state.instance, evidence, heard), turn.text), turn.text
+
     def test_sampled_synth_hop_turns_all_match_the_speakers_turn_pattern(self, vllm_policy):
         policy = vllm_policy.with_sampling(SamplingParams(temperature=1.0, max_new_tokens=64, seed=0))
         records = RolloutEngine("synth-hop-ia", policy, env_kwargs={"max_turns": 2}, progress=False).run(

@@ -25,6 +25,7 @@ from optima_envs.tasks.negotiation import (
     oracle_policy,
     parse_move,
     score_proposal,
+    values_first_pattern,
 )
 from optima_envs.test import check_env, check_snapshot_roundtrip, play, scripted
 
@@ -75,6 +76,7 @@ class TestSource:
         ({"max_count": 0}, "max_count must be in [1, 10], got 0"),
         ({"total_value": 31}, "total_value must be in [2, 30], got 31"),
         ({"split": "dev"}, "split must be one of ['test', 'train', 'validation'], got 'dev'"),
+        ({"sampled_turns": "values"}, "sampled_turns must be one of ['moves', 'values_first'], got 'values'"),
     ])
     def test_bad_knobs(self, kwargs, message):
         with pytest.raises(ConfigError, match=re.escape(message)):
@@ -114,6 +116,48 @@ class TestReadingMoves:
     def test_invalid_moves_say_why(self, text, reason):
         move = parse_move(text, ITEMS, COUNTS)
         assert isinstance(move, InvalidMove) and reason in move.reason
+
+
+class TestValuesFirstTurns:
+    ALICE, BOB = ("Your value per item: book=2 hat=2 ball=1",), ("Your value per item: book=0 hat=4 ball=3",)
+
+    def test_only_the_values_first_task_constrains_whole_turns(self):
+        assert optima_envs.make(ENV_ID).task.turn_pattern is None
+        assert optima_envs.make(ENV_ID, sampled_turns="values_first").task.turn_pattern is values_first_pattern
+
+    def test_the_opener_states_its_own_table_and_makes_no_move(self):
+        pattern = values_first_pattern(INSTANCE, self.ALICE, ())
+        assert re.fullmatch(pattern, "My values: book=2 hat=2 ball=1.")
+        for other in ("My values: book=0 hat=4 ball=3.", "<A>propose book=3 hat=0 ball=0</A>",
+                      "My values: book=2 hat=2 ball=1. <A>propose book=3 hat=0 ball=0</A>"):
+            assert not re.fullmatch(pattern, other), other
+
+    def test_a_later_turn_is_a_move_optionally_after_the_speakers_own_table(self):
+        offer = "My values: book=2 hat=2 ball=1. <A>propose book=3 hat=0 ball=0</A>"
+        pattern = values_first_pattern(INSTANCE, self.BOB, ("My values: book=2 hat=2 ball=1.", offer))
+        for turn in ("<A>accept</A>", "<A>propose book=0 hat=1 ball=2</A>",
+                     "My values: book=0 hat=4 ball=3. <A>propose book=0 hat=1 ball=2</A>"):
+            assert re.fullmatch(pattern, turn), turn
+        for turn in ("My values: book=0 hat=4 ball=3.", "<A>propose book=4 hat=1 ball=2</A>",
+                     "My values: book=2 hat=2 ball=1. <A>accept</A>"):
+            assert not re.fullmatch(pattern, turn), turn
+
+    @pytest.mark.parametrize("heard", [("My values: book=2 hat=2 ball=1.",),
+                                       ("My values: book=2 hat=2 ball=1.", "<A>propose book=9 hat=0 ball=0</A>")])
+    def test_accept_is_offered_only_after_a_valid_partner_proposal(self, heard):
+        pattern = values_first_pattern(INSTANCE, self.BOB, heard)
+        assert not re.fullmatch(pattern, "<A>accept</A>")
+        assert re.fullmatch(pattern, "<A>propose book=0 hat=1 ball=2</A>")
+
+    def test_evidence_without_a_table_of_the_game_is_refused(self):
+        with pytest.raises(ValueError, match="no value table of this game"):
+            values_first_pattern(INSTANCE, ("Your value per item: book=1 hat=1 ball=1",), ())
+
+    def test_the_setting_changes_no_game(self):
+        plain, values_first = optima_envs.make(ENV_ID), optima_envs.make(ENV_ID, sampled_turns="values_first")
+        for env in (plain, values_first):
+            env.reset(seed=5, options={"index": 7})
+        assert plain.state.instance == values_first.state.instance
 
 
 class TestScore:
