@@ -39,9 +39,9 @@ def partner_tables(counts: tuple[int, ...], total: int, own: tuple[int, ...]) ->
     return tuple(v for v in _value_vectors(counts, total) if v != own and all(a or b for a, b in zip(own, v)))
 
 
-def blind_score(game, seat: int) -> float:
-    """The true score of the proposal seat `seat` makes knowing only its own values: the take
-    with the highest expected score over `partner_tables` (ties to the first take in order)."""
+def blind_take(game, seat: int) -> tuple[int, ...]:
+    """The take seat `seat` proposes knowing only its own values: the one with the highest
+    expected score over `partner_tables` (ties to the first take in order)."""
     from optima_envs.tasks.negotiation import Game
 
     own, total = game.values[seat], game.worth(seat, game.counts)
@@ -52,8 +52,13 @@ def blind_score(game, seat: int) -> float:
     def take0(take):
         return take if seat == 0 else game.rest(take)
 
-    best = max(takes, key=lambda t: statistics.fmean(w.score(take0(t)) for w in worlds))
-    return game.score(take0(best))
+    return max(takes, key=lambda t: statistics.fmean(w.score(take0(t)) for w in worlds))
+
+
+def blind_score(game, seat: int) -> float:
+    """The true score of seat `seat`'s `blind_take`."""
+    take = blind_take(game, seat)
+    return game.score(take if seat == 0 else game.rest(take))
 
 
 def main() -> None:
