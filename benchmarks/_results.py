@@ -86,3 +86,21 @@ def invocation(script: str, argv: Sequence[str] | None = None) -> str:
     from optima_eval.portable_paths import command_line
 
     return command_line(["python", f"benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
+
+
+def read_heldout_cell(path: Path, env_id: str | None = None) -> tuple[Any, Any, tuple[str, ...], list[Any]]:
+    """(cell, task, agent names, questions) of a board cell and the held-out set it answered, for
+    scripts that re-read a cell's dialogues; exits saying why when the cell is of another env or its
+    held-out set cannot be rebuilt here."""
+    from optima_eval.leaderboard.cells import read_cell
+    from optima_eval.leaderboard.diagnostics import heldout_setup
+
+    cell = read_cell(Path(path))
+    found = cell.description["heldout"]["env_id"]
+    if env_id is not None and found != env_id:
+        raise SystemExit(f"{path} is a cell of {found!r}; this script reads {env_id}")
+    setup = heldout_setup(cell.description["heldout"], cell.description.get("locations"))
+    if setup is None:
+        raise SystemExit(f"the held-out set of {path} cannot be rebuilt here")
+    task, agents, questions = setup
+    return cell, task, agents, questions

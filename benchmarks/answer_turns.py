@@ -26,7 +26,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import invocation, publish_table  # noqa: E402
+from benchmarks._results import invocation, publish_table, read_heldout_cell  # noqa: E402
 
 
 def first_answer_turn(messages: Sequence[str], tag: str = "<A>") -> int | None:
@@ -43,14 +43,7 @@ def tagged_messages(transcript: Sequence[dict[str, str]], seats: dict[str, int],
 def cell_turns(path: Path) -> dict[str, Any]:
     """Counts over one cell's partner-only dialogues, and its right and grounded ones overall."""
     from optima_envs.core.places import answer_place, answers_grounded, partners_informed
-    from optima_eval.leaderboard.cells import read_cell
-    from optima_eval.leaderboard.diagnostics import heldout_setup
-
-    cell = read_cell(path)
-    setup = heldout_setup(cell.description["heldout"], cell.description.get("locations"))
-    if setup is None:
-        raise SystemExit(f"the held-out set of {path} cannot be rebuilt here")
-    task, agents, questions = setup
+    cell, task, agents, questions = read_heldout_cell(path)
     by_position = {q.position: q for q in questions}
     seats = {name: i for i, name in enumerate(agents)}
     counts: Counter[str] = Counter()

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, read_heldout_cell, write_report, write_result  # noqa: E402
 
 
 def seat_guess(instance: Any, facts: Sequence[str]) -> float:
@@ -54,17 +54,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from optima_envs.core.places import answer_place
-    from optima_eval.leaderboard.cells import read_cell
-    from optima_eval.leaderboard.diagnostics import heldout_setup
-
-    cell = read_cell(Path(args.cell))
-    env_id = cell.description["heldout"]["env_id"]
-    if env_id != "synth-hop-ia":
-        raise SystemExit(f"{args.cell} is a cell of {env_id!r}; this script reads synth-hop-ia")
-    setup = heldout_setup(cell.description["heldout"], cell.description.get("locations"))
-    if setup is None:
-        raise SystemExit(f"the held-out set of {args.cell} cannot be rebuilt here")
-    task, _, questions = setup
+    cell, task, _, questions = read_heldout_cell(Path(args.cell), "synth-hop-ia")
     groups: dict[str, list[float]] = defaultdict(list)
     for q in questions:
         best = max(seat_guess(q.instance, [e.text for e in seat]) for seat in q.evidence)

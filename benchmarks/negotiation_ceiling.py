@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, read_heldout_cell, write_report, write_result  # noqa: E402
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,18 +67,9 @@ def main() -> None:
     parser.add_argument("--out", default="negotiation_ceiling")
     args = parser.parse_args()
 
-    from optima_eval.leaderboard.cells import read_cell
-    from optima_eval.leaderboard.diagnostics import heldout_setup
     from optima_envs.tasks.negotiation import Game
 
-    cell = read_cell(Path(args.cell))
-    env_id = cell.description["heldout"]["env_id"]
-    if env_id != "negotiation-game":
-        raise SystemExit(f"{args.cell} is a cell of {env_id!r}; this script reads negotiation-game")
-    setup = heldout_setup(cell.description["heldout"], cell.description.get("locations"))
-    if setup is None:
-        raise SystemExit(f"the held-out set of {args.cell} cannot be rebuilt here")
-    _, _, questions = setup
+    cell, _, _, questions = read_heldout_cell(Path(args.cell), "negotiation-game")
     games = [Game.of(q.instance) for q in questions]
     per_seat = [(blind_score(g, 0), blind_score(g, 1)) for g in games]
     rows = {

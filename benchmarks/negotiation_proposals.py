@@ -35,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, read_heldout_cell, write_report, write_result  # noqa: E402
 
 RESAMPLES = 2000
 
@@ -70,17 +70,9 @@ def fit(games: Sequence[Sequence[tuple[float, float, float, float]]]) -> np.ndar
 
 
 def analyse(cell_path: Path, seed: int = 0) -> dict[str, Any]:
-    from optima_eval.leaderboard.cells import read_cell
-    from optima_eval.leaderboard.diagnostics import heldout_setup
     from optima_envs.tasks.negotiation import Game
 
-    cell = read_cell(cell_path)
-    if cell.description["heldout"]["env_id"] != "negotiation-game":
-        raise SystemExit(f"{cell_path} is not a negotiation-game cell")
-    setup = heldout_setup(cell.description["heldout"], cell.description.get("locations"))
-    if setup is None:
-        raise SystemExit(f"the held-out set of {cell_path} cannot be rebuilt here")
-    _, agents, questions = setup
+    cell, _, agents, questions = read_heldout_cell(cell_path, "negotiation-game")
     by_position = {q.position: q for q in questions}
     games, second, informed = [], 0, 0
     for outcome in cell.outcomes:
@@ -99,12 +91,9 @@ def reference_games(cell_path: Path) -> dict[str, list]:
     """Item rows of two model-free second-seat proposers on a cell's held-out games, for scale: the
     best split (both tables) and the blind proposal (`negotiation_ceiling.blind_take`)."""
     from benchmarks.negotiation_ceiling import blind_take
-    from optima_eval.leaderboard.cells import read_cell
-    from optima_eval.leaderboard.diagnostics import heldout_setup
     from optima_envs.tasks.negotiation import Game
 
-    cell = read_cell(cell_path)
-    _, _, questions = heldout_setup(cell.description["heldout"], cell.description.get("locations"))
+    _, _, _, questions = read_heldout_cell(cell_path, "negotiation-game")
     games = [Game.of(q.instance) for q in questions]
     return {"best split (both tables)": [item_rows(g, 1, g.rest(g.best_take0())) for g in games],
             "blind proposal (own table only)": [item_rows(g, 1, blind_take(g, 1)) for g in games]}
