@@ -232,12 +232,13 @@ def move_template(items: Sequence[str]) -> str:
     return " ".join(f"{item}=N" for item in items)
 
 
-def move_pattern(instance: TaskInstance) -> str:
-    """A reply that is one well-formed move and nothing else: `<A>accept</A>`, or a proposal
-    listing every item once, in the game's order, with a count the pool can honour."""
+def move_pattern(instance: TaskInstance, *, accept: bool = True) -> str:
+    """A reply that is one well-formed move and nothing else: `<A>accept</A>` (unless `accept` is
+    false), or a proposal listing every item once, in the game's order, with a count the pool can
+    honour."""
     game = Game.of(instance)
     counts = " ".join(f"{item}=[0-{n}]" if n < 10 else f"{item}=(10|[0-9])" for item, n in zip(game.items, game.counts))
-    return f"<A>(accept|propose {counts})</A>"
+    return f"<A>({'accept|' if accept else ''}propose {counts})</A>"
 
 
 def values_statement(table: str) -> str:
@@ -265,10 +266,8 @@ def values_first_pattern(instance: TaskInstance, evidence: Sequence[str], heard:
     statement = escape(values_statement(own))
     if not heard:
         return statement
-    move = move_pattern(instance)
-    if not any(isinstance(_tagged_move(text, game), Proposal) for text in heard):
-        move = move.replace("accept|", "")
-    return f"({statement} )?{move}"
+    offered = any(isinstance(_tagged_move(text, game), Proposal) for text in heard)
+    return f"({statement} )?{move_pattern(instance, accept=offered)}"
 
 
 def _tagged_move(text: str, game: Game) -> Move | None:
