@@ -1,29 +1,35 @@
-"""SFT training speed on this machine: padded against padding-free batches, float32 against bf16.
+"""SFT training speed on this machine, one setting at a time, against the path Optima trains with.
 
 The iSFT step trains LoRA adapters with TRL's `SFTTrainer` on pre-tokenised examples
-(`input_ids`, `assistant_masks`, as `optima_train.sft_data` writes them). Two settings decide its
-speed on a CPU:
+(`input_ids`, `assistant_masks`, as `optima_train.sft_data` writes them). The settings that
+decide its speed on a CPU, each a word in a variant's name:
 - **padding-free** (`SFTConfig(padding_free=True)`): the collator concatenates a batch into one
   row with restarting `position_ids`, and transformers builds a block-diagonal attention mask
-  from them, so no compute goes to pad tokens;
-- **labelled rows only** (`optima_train.lm_head.labelled_positions_only`, on in every Optima
-  training step): TRL's fused LM head projects every position on a CPU, prompt tokens included,
-  though only the labelled ones carry loss; the variant projects only those;
-- **bf16**: fast where the CPU has bf16 instructions (AMX, AVX512-BF16), emulated and slow
-  where it has not. `bf16` loads the weights in float32 and trains under bf16 autocast, which
-  casts every frozen weight to bf16 again in every forward and backward pass; `bf16-weights`
-  loads the frozen base in bf16 once (PEFT keeps the LoRA adapters in float32, and autocast
-  runs their products in bf16), which only a LoRA run can do: full fine-tuning needs float32
-  master weights.
+  from them, so no compute goes to pad tokens (`padded` pads every row to the longest);
+- **labelled-only** (`optima_train.lm_head.labelled_positions_only`): TRL's fused LM head
+  projects every position on a CPU, prompt tokens included, though only the labelled ones carry
+  loss; the variant projects only those;
+- **segmented** (`optima_train.segmented_attention`): attention per packed sequence instead of
+  over the whole packed row under a block-diagonal mask;
+- **bf16** / **bf16-weights** / **float32**: `bf16` loads the weights in float32 and trains
+  under bf16 autocast, which casts every frozen weight to bf16 again in every forward and
+  backward pass; `bf16-weights` loads the frozen base in bf16 once (PEFT keeps the LoRA adapters
+  in float32, and autocast runs their products in bf16), which only a LoRA run can do. bf16 is
+  fast where the CPU has bf16 instructions (AMX, AVX512-BF16) and emulated and slow elsewhere;
+- **dropout 0**: LoRA dropout off (the default is 0.05). On a CPU every dropout draws a random
+  mask per LoRA input, and torch's CPU generator makes that a fifth of the step;
+- **checkpointing**: gradient checkpointing on. TRL's `SFTConfig` turns it on by default;
+  Optima's `train.gradient_checkpointing` is off unless a config asks (its GPU configs do), so
+  every variant without the word sets it off, as Optima's training does.
 
 Each variant trains the same examples (real SFT rows when `--data` names a run's
 `sft.parquet`, else rows built from the embedded tokenizer with the length spread of the
 synth-hop experiment's examples) for `--steps` optimizer steps after one warm-up step, `--repeats`
-times; tokens/s counts only real (non-pad) tokens, so the variants are comparable. The loss of the
-first step is recorded too: padded and padding-free must agree.
+times, interleaved; tokens/s counts only real (non-pad) tokens, so the variants are comparable.
+The loss of the first step is recorded too: every variant must agree within bf16 rounding.
 
-    python benchmarks/training_throughput.py                  # 8 variants, 3 repeats
-    python benchmarks/training_throughput.py --variants "float32 padded,bf16 padding-free labelled-only"
+    python benchmarks/training_throughput.py                  # the default variants, 3 repeats
+    python benchmarks/training_throughput.py --variants "float32 padded,bf16-weights padding-free labelled-only segmented"
     python benchmarks/training_throughput.py --quick          # 1 repeat, few steps
     python benchmarks/training_throughput.py --dtypes float32 # a CPU without native bf16
 
@@ -38,6 +44,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +53,60 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
 
-# (dtype, padding-free, LM head on labelled rows only)
-VARIANTS = (("float32", False, False), ("float32", True, False), ("bf16", False, False), ("bf16", True, False),
-            ("bf16", True, True), ("bf16-weights", False, False), ("bf16-weights", True, False),
-            ("bf16-weights", True, True))
+DTYPES = ("float32", "bf16", "bf16-weights")
+LAYOUTS = ("padded", "padding-free")
+FLAGS = ("labelled-only", "segmented", "dropout 0", "checkpointing")
 
 
-def variant_key(dtype: str, padding_free: bool, labelled_only: bool) -> str:
-    return f"{dtype} {'padding-free' if padding_free else 'padded'}{' labelled-only' if labelled_only else ''}"
+@dataclass(frozen=True)
+class Variant:
+    """One training setting; `name` is how the table prints it and `--variants` reads it."""
+
+    dtype: str
+    padding_free: bool
+    labelled_only: bool = False
+    segmented: bool = False
+    dropout: float = 0.05
+    checkpointing: bool = False
+
+    @property
+    def name(self) -> str:
+        words = [self.dtype, LAYOUTS[self.padding_free], "labelled-only" * self.labelled_only,
+                 "segmented" * self.segmented, "dropout 0" * (self.dropout == 0), "checkpointing" * self.checkpointing]
+        return " ".join(w for w in words if w)
+
+    @classmethod
+    def parse(cls, name: str) -> "Variant":
+        """The variant a name describes: a dtype, a layout, then any of `FLAGS` in that order."""
+        rest = name.strip()
+        dtype = next((d for d in sorted(DTYPES, key=len, reverse=True) if rest.startswith(d + " ")), None)
+        layout = rest[len(dtype) + 1:].split(" ", 1)[0] if dtype else None
+        if dtype is None or layout not in LAYOUTS:
+            raise ValueError(f"variant {name!r}: start with a dtype {list(DTYPES)} and a layout {list(LAYOUTS)}")
+        flags = rest[len(dtype) + 1 + len(layout):].strip()
+        found = {}
+        for flag in FLAGS:
+            if flags.startswith(flag):
+                found[flag] = True
+                flags = flags[len(flag):].strip()
+        if flags:
+            raise ValueError(f"variant {name!r}: {flags!r} is not one of {list(FLAGS)} (in that order)")
+        variant = cls(dtype, layout == "padding-free", "labelled-only" in found, "segmented" in found,
+                      0.0 if "dropout 0" in found else 0.05, "checkpointing" in found)
+        if variant.segmented and not variant.padding_free:
+            raise ValueError(f"variant {name!r}: segmented attention needs padding-free rows")
+        return variant
+
+
+# What `optima train` runs on a CPU with native bf16 (LoRA, `train.bf16: auto`, the default
+# `train.frozen_base_dtype` and `train.padding_free`, LoRA dropout 0.05), and what it ran before the
+# labelled-only head, per-sequence attention and bf16 base weights.
+OPTIMA_PATH = "bf16-weights padding-free labelled-only segmented"
+EARLIER_PATH = "bf16 padding-free"
+DEFAULT_VARIANTS = ("float32 padded", "bf16 padded", "bf16 padding-free checkpointing", "bf16 padding-free",
+                    "bf16 padding-free labelled-only", "bf16 padding-free labelled-only segmented",
+                    "bf16-weights padding-free labelled-only segmented",
+                    "bf16-weights padding-free labelled-only segmented dropout 0")
 
 
 def synthetic_rows(tokenizer: Any, count: int, seed: int) -> list[dict[str, list[int]]]:
@@ -82,8 +135,8 @@ def synthetic_rows(tokenizer: Any, count: int, seed: int) -> list[dict[str, list
     return rows
 
 
-def run_variant(model_path: Path, rows: list[dict[str, list[int]]], *, dtype: str, padding_free: bool,
-                labelled_only: bool, steps: int, batch_size: int, seed: int) -> dict[str, Any]:
+def run_variant(model_path: Path, rows: list[dict[str, list[int]]], variant: Variant, *, steps: int, batch_size: int,
+                seed: int) -> dict[str, Any]:
     """Train `steps + 1` steps; returns seconds for the last `steps`, real tokens in them, and the
     first step's loss."""
     import datasets
@@ -93,11 +146,14 @@ def run_variant(model_path: Path, rows: list[dict[str, list[int]]], *, dtype: st
     from trl import SFTConfig, SFTTrainer
 
     from optima_train.lm_head import labelled_positions_only
+    from optima_train.segmented_attention import use_segmented_attention
 
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    weights = torch.bfloat16 if dtype == "bf16-weights" else torch.float32
+    weights = torch.bfloat16 if variant.dtype == "bf16-weights" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=weights)
+    if variant.segmented:
+        use_segmented_attention(model)
     marks: list[float] = []
 
     class StepClock(TrainerCallback):
@@ -106,16 +162,17 @@ def run_variant(model_path: Path, rows: list[dict[str, list[int]]], *, dtype: st
 
     args = SFTConfig(output_dir=str(Path("/tmp") / "optima_training_throughput"), report_to="none", save_strategy="no",
                      max_steps=steps + 1, per_device_train_batch_size=batch_size, gradient_accumulation_steps=1,
-                     learning_rate=2e-5, lr_scheduler_type="constant", logging_steps=1, bf16=dtype.startswith("bf16"),
-                     padding_free=padding_free, max_length=None if padding_free else 1024, use_cpu=True, disable_tqdm=True, seed=seed,
+                     learning_rate=2e-5, lr_scheduler_type="constant", logging_steps=1, bf16=variant.dtype.startswith("bf16"),
+                     gradient_checkpointing=variant.checkpointing, padding_free=variant.padding_free,
+                     max_length=None if variant.padding_free else 1024, use_cpu=True, disable_tqdm=True, seed=seed,
                      dataloader_drop_last=True)
     # TRL enforces no max_length on padding-free batches without packing: the rows must fit already
     assert all(len(r["input_ids"]) <= 1024 for r in rows), "rows longer than 1024 tokens"
     dataset = datasets.Dataset.from_list(rows)
-    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
+    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=variant.dropout, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=lora,
                          callbacks=[StepClock()])
-    with labelled_positions_only() if labelled_only else contextlib.nullcontext():
+    with labelled_positions_only() if variant.labelled_only else contextlib.nullcontext():
         trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     # TRL's cumulative `num_tokens` counts real tokens (attention mask, or the packed row's length).
@@ -133,10 +190,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="1 repeat of 3 steps.")
-    parser.add_argument("--dtypes", default="float32,bf16,bf16-weights",
+    parser.add_argument("--dtypes", default=",".join(DTYPES),
                         help="comma-separated; drop bf16 where the CPU emulates it (it is several times slower)")
     parser.add_argument("--variants", default=None,
-                        help="comma-separated variant names as the table prints them (default: all of --dtypes)")
+                        help="comma-separated variant names as the table prints them (default: those of "
+                             "DEFAULT_VARIANTS whose dtype is in --dtypes)")
+    parser.add_argument("--reference", default=EARLIER_PATH,
+                        help="a second variant every row is compared with (default: the iSFT path before the "
+                             "labelled-only head, per-sequence attention and bf16 base weights)")
     parser.add_argument("--name", default="training_throughput")
     args = parser.parse_args()
     if args.quick:
@@ -160,20 +221,18 @@ def main() -> None:
         rows = synthetic_rows(tokenizer, count, args.seed)
         source = "synthetic rows (synth-hop experiment lengths)"
 
-    chosen = [v for v in VARIANTS if v[0] in args.dtypes.split(",")]
-    if args.variants:
-        wanted = [name.strip() for name in args.variants.split(",")]
-        known = {variant_key(*v): v for v in VARIANTS}
-        unknown = [name for name in wanted if name not in known]
-        if unknown:
-            parser.error(f"unknown variant(s) {unknown}; known: {sorted(known)}")
-        chosen = [known[name] for name in wanted]
+    try:
+        names = [n.strip() for n in args.variants.split(",")] if args.variants else DEFAULT_VARIANTS
+        chosen = [Variant.parse(name) for name in names]
+    except ValueError as err:
+        parser.error(str(err))
+    if not args.variants:
+        chosen = [v for v in chosen if v.dtype in args.dtypes.split(",")]
     results: dict[str, Any] = {}
     for rep in range(args.repeats):
-        for dtype, padding_free, labelled_only in chosen:  # interleaved: drift hits all
-            key = variant_key(dtype, padding_free, labelled_only)
-            out = run_variant(model_path, rows, dtype=dtype, padding_free=padding_free, labelled_only=labelled_only,
-                              steps=args.steps, batch_size=args.batch_size, seed=args.seed)
+        for variant in chosen:  # interleaved: drift hits all
+            key = variant.name
+            out = run_variant(model_path, rows, variant, steps=args.steps, batch_size=args.batch_size, seed=args.seed)
             results.setdefault(key, []).append(out)
             print(f"repeat {rep}: {key}: {out['tokens_per_s']:.0f} tokens/s, first loss {out['first_loss']:.4f}", flush=True)
 
@@ -182,20 +241,28 @@ def main() -> None:
                      "first_loss": runs[0]["first_loss"]} for key, runs in results.items()}
     base_key = next(iter(summary))
     base = summary[base_key]["tokens_per_s_median"]
+    reference = summary.get(args.reference, {}).get("tokens_per_s_median")
     command = invocation("training_throughput.py")
     lines = ["# SFT training throughput (LoRA r=16, all-linear)", "",
              f"Made by: `{command}`. Model {args.model}; {source}; batch {args.batch_size}, {args.steps} timed steps "
              f"after a warm-up step, median of {args.repeats}; CPU capability `{torch.backends.cpu.get_cpu_capability()}`, "
-             f"{torch.get_num_threads()} torch threads.", "",
-             f"| variant | tokens/s (median) | vs {base_key} | first-step loss |", "|---|---|---|---|"]
+             f"{torch.get_num_threads()} torch threads. `{OPTIMA_PATH}` is what `optima train` runs on a CPU with "
+             f"native bf16; `{EARLIER_PATH}` what it ran before the labelled-only head, per-sequence attention and "
+             "bf16 base weights.", "",
+             f"| variant | tokens/s (median) | vs {base_key} |" + (f" vs {args.reference} |" if reference else "")
+             + " first-step loss |", "|---|---|---|" + ("---|" if reference else "") + "---|"]
     for key, s in summary.items():
-        lines.append(f"| {key} | {s['tokens_per_s_median']:.0f} | {s['tokens_per_s_median'] / base:.2f}x | {s['first_loss']:.4f} |")
+        median = s["tokens_per_s_median"]
+        name = f"**{key}** (Optima)" if key == OPTIMA_PATH else key
+        lines.append(f"| {name} | {median:.0f} | {median / base:.2f}x |" + (f" {median / reference:.2f}x |" if reference else "")
+                     + f" {s['first_loss']:.4f} |")
     text = "\n".join(lines) + "\n"
     write_report(RESULTS / f"{args.name}.md", text)
     write_result(args.name, {"command": command, "model": args.model, "source": source, "steps": args.steps,
                              "batch_size": args.batch_size, "repeats": args.repeats,
                              "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                             "torch_threads": torch.get_num_threads(), "variants": summary})
+                             "torch_threads": torch.get_num_threads(), "optima_path": OPTIMA_PATH,
+                             "reference": args.reference if reference else None, "variants": summary})
     print(text)
 
 

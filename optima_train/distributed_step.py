@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from optima_envs.atomic_files import atomic_dir, atomic_write_json
 from optima_train.lm_head import labelled_positions_only
-from optima_train.trl_glue import count_trainable, load_for_training, lora_config
+from optima_train.trl_glue import count_trainable, load_for_training, lora_config, merged_adapter
 
 __all__ = ["main", "run_step"]
 
@@ -46,7 +46,7 @@ def run_step(spec: Mapping[str, Any]) -> None:
     # already partitioned instead of whole on every rank.
     args = _resolve(spec["args_class"])(**spec["args"])
     set_seed(int(spec["seed"]))
-    tokenizer, model = load_for_training(spec["init"])
+    tokenizer, model = load_for_training(spec["init"], spec.get("base_dtype", "float32"))
     lora = spec["lora"]
     peft_config = lora_config(SimpleNamespace(lora=SimpleNamespace(**lora))) if lora else None
     dataset = datasets.load_from_disk(str(folder / "launch" / "dataset"))
@@ -86,13 +86,10 @@ def _finish(saved: Path, folder: Path, init: str, tokenizer: Any, lora: bool) ->
     weights as saved."""
     with atomic_dir(folder / "checkpoint") as tmp:
         if lora:
-            from peft import PeftModel
-
             from optima_train.adapter_stack import ADAPTER_DIR
 
             shutil.copytree(saved, tmp / ADAPTER_DIR)
-            _, base = load_for_training(init)
-            PeftModel.from_pretrained(base, str(saved)).merge_and_unload().save_pretrained(tmp)
+            merged_adapter(init, saved).save_pretrained(tmp)
         else:
             for item in saved.iterdir():
                 shutil.move(str(item), tmp / item.name)

@@ -34,13 +34,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from optima_envs.atomic_files import atomic_dir, atomic_write_json
-from optima_envs.errors import OptimaError
+from optima_envs.errors import ConfigError, OptimaError
 from optima_train.config.train import report_targets
 from optima_train.lm_head import labelled_positions_only
 from optima_train.run_dir import read_json
 
-__all__ = ["TrainRun", "TrainingLaunchError", "count_trainable", "finish_training", "launch_training",
-           "load_for_training", "lora_config", "quiet_progress", "train_with", "training_args"]
+__all__ = ["TrainRun", "TrainingLaunchError", "base_dtype", "count_trainable", "finish_training", "launch_training",
+           "load_for_training", "lora_config", "merged_adapter", "quiet_progress", "train_with", "training_args"]
 
 
 class TrainingLaunchError(OptimaError, RuntimeError):
@@ -91,7 +91,7 @@ def train_with(trainer_cls: Any, args_cls: Any, cfg: Any, init: str, folder: Pat
     from transformers.integrations import TensorBoardCallback
 
     set_seed(seed)  # the LoRA initialisation draws from torch's global RNG
-    tokenizer, model = load_for_training(init)
+    tokenizer, model = load_for_training(init, base_dtype(cfg))
     peft_config = lora_config(cfg)
     args = args_cls(**{**training_args(cfg, folder, seed=seed), **dict(method_args or {})})
     writer = SummaryWriter(log_dir=str(folder / "logs"))
@@ -103,7 +103,7 @@ def train_with(trainer_cls: Any, args_cls: Any, cfg: Any, init: str, folder: Pat
             output = trainer.train()
     finally:
         writer.close()
-    history = finish_training(trainer, output, tokenizer, folder)
+    history = finish_training(trainer, output, tokenizer, folder, init)
     return TrainRun(output, history, trainable, peft_config is not None)
 
 
@@ -122,7 +122,7 @@ def launch_training(trainer_cls: Any, args_cls: Any, cfg: Any, init: str, folder
     dataset.save_to_disk(str(launch / "dataset"))
     spec = {"trainer": _qualname(trainer_cls), "args_class": _qualname(args_cls),
             "args": {**training_args(cfg, folder, seed=seed), **dict(method_args or {})},
-            "init": str(init), "folder": str(folder.resolve()), "seed": seed,
+            "init": str(init), "base_dtype": base_dtype(cfg), "folder": str(folder.resolve()), "seed": seed,
             "lora": dataclasses.asdict(cfg.lora) if cfg.lora.enabled else None, "trainer_kwargs": dict(trainer_kwargs)}
     atomic_write_json(launch / "spec.json", spec)
     command = [sys.executable, "-m", "accelerate.commands.launch",
@@ -161,12 +161,42 @@ def count_trainable(model: Any) -> int:
     return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters() if p.requires_grad)
 
 
-def load_for_training(init: str) -> tuple[Any, Any]:
-    """(tokenizer, fp32 model) of the folder `init`; TRL casts to bf16 itself when asked."""
+def load_for_training(init: str, dtype: str = "float32") -> tuple[Any, Any]:
+    """(tokenizer, model) of the folder `init`, its weights in `dtype` ("float32", or "bfloat16"
+    for the frozen base of a LoRA run: `base_dtype`), with attention per packed sequence
+    (`optima_train.segmented_attention`); TRL's bf16 autocast does the rest."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(init), AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
+    from optima_train.segmented_attention import use_segmented_attention
+
+    model = AutoModelForCausalLM.from_pretrained(init, dtype=getattr(torch, dtype))
+    use_segmented_attention(model)
+    return AutoTokenizer.from_pretrained(init), model
+
+
+def base_dtype(cfg: Any) -> str:
+    """The dtype the starting weights load in for training (`train.frozen_base_dtype`).
+
+    Raises:
+        ConfigError: bfloat16 asked for a full fine-tune, whose weights are the trained ones.
+    """
+    asked = cfg.train.frozen_base_dtype
+    if asked == "auto":
+        return "bfloat16" if cfg.lora.enabled and use_bf16(cfg.train.bf16, cfg.model.resolved_device()) else "float32"
+    if asked == "bfloat16" and not cfg.lora.enabled:
+        raise ConfigError("train.frozen_base_dtype=bfloat16 needs LoRA (lora.enabled: true): a full fine-tune trains "
+                          "the base weights, which need float32; set it to auto or float32")
+    return asked
+
+
+def merged_adapter(init: str, adapter: Path) -> Any:
+    """The float32 weights of `init` with the LoRA adapter saved in `adapter` merged in. Merging
+    into the float32 start, rather than into the model that trained (whose frozen base may be
+    bf16), keeps every update smaller than bf16's rounding step."""
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(load_for_training(init)[1], str(adapter)).merge_and_unload()
 
 
 def lora_config(cfg: Any) -> Any | None:
@@ -209,10 +239,11 @@ def training_args(cfg: Any, folder: Path, *, seed: int) -> dict[str, Any]:
     )
 
 
-def finish_training(trainer: Any, output: Any, tokenizer: Any, folder: Path) -> list[dict[str, Any]]:
-    """Merge the LoRA adapter (if any), save `folder/checkpoint` as a plain HF folder (atomically)
-    and `folder/train.json`; returns TRL's log history. The adapter itself is kept in
-    `checkpoint/adapter`, so a running vLLM engine can serve the checkpoint (`adapter_stack`)."""
+def finish_training(trainer: Any, output: Any, tokenizer: Any, folder: Path, init: str) -> list[dict[str, Any]]:
+    """Merge the LoRA adapter (if any) into the float32 weights of `init`, save `folder/checkpoint`
+    as a plain HF folder (atomically) and `folder/train.json`; returns TRL's log history. The
+    adapter itself is kept in `checkpoint/adapter`, so a running vLLM engine can serve the
+    checkpoint (`adapter_stack`)."""
     from peft import PeftModel
 
     from optima_train.adapter_stack import ADAPTER_DIR
@@ -221,7 +252,7 @@ def finish_training(trainer: Any, output: Any, tokenizer: Any, folder: Path) -> 
     with atomic_dir(folder / "checkpoint") as tmp:
         if isinstance(model, PeftModel):
             model.save_pretrained(tmp / ADAPTER_DIR)
-            model = model.merge_and_unload()
+            model = merged_adapter(init, tmp / ADAPTER_DIR)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     history = trainer.state.log_history

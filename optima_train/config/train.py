@@ -94,6 +94,11 @@ class TRLTrainSection:
         "bf16 autocast; auto: on where the device runs bf16 natively (GPUs, CPUs with AMX or AVX512-BF16), off on "
         "other CPUs, where it is emulated and slower than float32."))
     gradient_checkpointing: bool = field(default=False, metadata=help_meta("Trade compute for memory."))
+    frozen_base_dtype: Literal["auto", "float32", "bfloat16"] = field(default="auto", metadata=help_meta(
+        "dtype the frozen base of a LoRA run is loaded in: bfloat16 saves autocast's cast of every weight in every "
+        "pass (the products are the same bf16 ones; the residual stream is bf16 too) and the adapter is merged into "
+        "the float32 weights after; auto: bfloat16 when LoRA trains under bf16, else float32.",
+        choices=["auto", "float32", "bfloat16"]))
     logging_steps: int = field(default=5, metadata=help_meta("Log the losses every this many steps."))
     report_to: list[str] = field(default_factory=lambda: ["auto"], metadata=help_meta(
         "Experiment trackers TRL logs each training step to (its `report_to`): auto is tensorboard where it is "

@@ -4,7 +4,8 @@ TRL's padding-free collator concatenates a batch into one row and restarts `posi
 each example; transformers then builds a block-diagonal causal mask from the restarts, but only
 without a KV cache (SFTTrainer passes `use_cache=False`). If that mask were dropped, tokens would
 attend across examples and the loss would change, so the per-token losses are compared here on
-the embedded model with SFT-shaped rows.
+the embedded model with SFT-shaped rows, under transformers' `sdpa` and under the per-sequence
+attention Optima trains with (`optima_train.segmented_attention`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def _token_losses(model, batch) -> "torch.Tensor":  # noqa: F821
     return losses
 
 
-def test_padding_free_batch_matches_padded_batch() -> None:
+@pytest.mark.parametrize("segmented", [False, True], ids=["sdpa", "segmented"])
+def test_padding_free_batch_matches_padded_batch(segmented: bool) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
@@ -50,6 +52,10 @@ def test_padding_free_batch_matches_padded_batch() -> None:
     path = resolve_model("smollm2-135m")
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    if segmented:  # how Optima trains: attention per packed sequence
+        from optima_train.segmented_attention import use_segmented_attention
+
+        assert use_segmented_attention(model)
     rows = _rows(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     padded = DataCollatorForLanguageModeling(pad_token_id=pad)(rows)

@@ -165,3 +165,55 @@ def test_report_to_reaches_trl_and_auto_is_tensorboard_where_installed(config_cl
         load_config(config_cls, None, ["train.report_to=[tensorbord]"])
     with pytest.raises(ConfigError, match="train.extra sets"):
         load_config(config_cls, None, ["train.extra={report_to: wandb}"])
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["train.bf16=true"], "bfloat16"),
+    (["train.bf16=false"], "float32"),
+    (["train.bf16=true", "train.frozen_base_dtype=float32"], "float32"),
+    (["train.bf16=false", "train.frozen_base_dtype=bfloat16"], "bfloat16"),
+    (["train.bf16=true", "lora.enabled=false"], "float32"),
+])
+def test_frozen_base_dtype(overrides, expected):
+    from optima_train.trl_glue import base_dtype
+
+    assert base_dtype(load_config(ISFTConfig, None, ["model.device=cpu", *overrides])) == expected
+
+
+def test_bf16_base_weights_need_lora():
+    from optima_envs.errors import ConfigError
+    from optima_train.trl_glue import base_dtype
+
+    cfg = load_config(ISFTConfig, None, ["lora.enabled=false", "train.frozen_base_dtype=bfloat16"])
+    with pytest.raises(ConfigError, match="needs LoRA"):
+        base_dtype(cfg)
+    with pytest.raises(ConfigError, match="frozen_base_dtype"):
+        load_config(ISFTConfig, None, ["train.frozen_base_dtype=float16"])
+
+
+def test_adapter_merges_into_the_float32_start_not_the_bf16_training_base(tmp_path):
+    """A LoRA update far below bf16's rounding step survives the merge: it is added to the float32
+    weights the run started from, not to the bf16 copy it trained on."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from optima_train.trl_glue import load_for_training, merged_adapter
+    from tests.train.tiny_model import build_tiny_model
+
+    init = build_tiny_model(tmp_path / "init")
+    _, trained = load_for_training(str(init), "bfloat16")
+    trained = get_peft_model(trained, LoraConfig(r=2, lora_alpha=2, target_modules=["q_proj"]))
+    layer = trained.base_model.model.model.layers[0].self_attn.q_proj
+    with torch.no_grad():
+        layer.lora_B["default"].weight.fill_(1e-5)
+    trained.save_pretrained(tmp_path / "adapter")
+    assert layer.lora_A["default"].weight.dtype == torch.float32  # PEFT keeps adapters in float32
+    delta = (layer.lora_B["default"].weight @ layer.lora_A["default"].weight).detach()
+    start = load_for_training(str(init))[1].model.layers[0].self_attn.q_proj.weight.detach()
+
+    merged = merged_adapter(str(init), tmp_path / "adapter").model.layers[0].self_attn.q_proj.weight
+    assert merged.dtype == torch.float32
+    assert torch.allclose(merged - start, delta, atol=1e-8) and delta.abs().max() > 1e-7
+    # The check can fail: merged into the bf16 base, the update is lost to rounding.
+    into_bf16 = trained.merge_and_unload().model.layers[0].self_attn.q_proj.weight.float()
+    assert not torch.allclose(into_bf16 - start, delta, atol=1e-8)
