@@ -80,10 +80,14 @@ class HeldOut:
         return optima_envs.make(self.env_id, **dict(self.env_kwargs))
 
     @property
+    def task(self) -> Any:
+        """The env's composed `Task` (None for an env without one)."""
+        return getattr(getattr(self._env, "unwrapped", self._env), "task", None)
+
+    @property
     def source(self) -> Any:
         """The task's data source (None for a task without one)."""
-        task = getattr(getattr(self._env, "unwrapped", self._env), "task", None)
-        return getattr(task, "source", None)
+        return getattr(self.task, "source", None)
 
     @functools.cached_property
     def data(self) -> tuple[dict[str, Any] | None, tuple[Path, ...]]:

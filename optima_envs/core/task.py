@@ -4,7 +4,7 @@ answer extractor, metric and termination rule. The env runs any such composition
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Hashable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -52,10 +52,15 @@ AnswerPlace = Callable[[TaskInstance, Sequence[Sequence[Evidence]], int], str]
 given every seat's evidence and the first seat that gives answers."""
 
 SoloMetric = Callable[[str, TaskInstance, int], float]
-InformativeCheck = Callable[[TaskInstance, Sequence[Sequence[Evidence]], Sequence[str]], bool]
-"""(instance, evidence, the partners' messages) -> whether those messages carry the answer."""
 """Scores an answer that the agent in seat `seat` gave alone, from its own view (for a game whose
 `metric` reads an answer as the first seat's)."""
+
+InformativeCheck = Callable[[TaskInstance, Sequence[Sequence[Evidence]], Sequence[str]], bool]
+"""(instance, evidence, the partners' messages) -> whether those messages carry the answer."""
+
+SwapGroup = Callable[[TaskInstance], Hashable]
+"""Which instances' messages can stand in for each other's in the swap ablation: those with the
+same value (e.g. a game's item names, which its moves must spell out)."""
 
 TerminationRule = Callable[[Sequence[Message], Message], "str | None"]
 """Given the earlier messages and the new one, returns the name of the rule that ends the
@@ -143,6 +148,10 @@ class Task:
     """Whether the partners' messages carry what the answering seat lacks
     (`optima_envs.core.places.partners_informed`); None: the gold text written by a partner, on
     information-asymmetric tasks; no check on the others."""
+    swap_group: SwapGroup | None = None
+    """The swap ablation's donor for an instance is another instance of the same group, so a
+    swapped message changes what it says, not whether the listener can read it (a move naming
+    items this game does not have is unreadable, whatever it says); None: any other instance."""
 
 
 def instance_gold_for_info(instance: TaskInstance) -> Any:

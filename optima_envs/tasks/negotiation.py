@@ -393,6 +393,11 @@ def oracle_policy(instance: TaskInstance, agents: Sequence[str]) -> Callable[[Ma
     return policy
 
 
+def item_names(instance: TaskInstance) -> tuple[str, ...]:
+    """The game's item names: its swap group, as every move and value table spells them out."""
+    return tuple(instance.meta["items"])
+
+
 def make_task(*, item_types: int = 3, max_count: int = 4, total_value: int = 10, split: str = "train",
               seed: int = 0, sampled_turns: str = "moves") -> Task:
     """Build the `negotiation-game` task; the keyword arguments are the `NegotiationConfig` knobs."""
@@ -415,4 +420,5 @@ def make_task(*, item_types: int = 3, max_count: int = 4, total_value: int = 10,
         turn_pattern=values_first_pattern if config.sampled_turns == "values_first" else None,
         answer_place=always_partner,
         solo_metric=score_seat_proposal,
+        swap_group=item_names,
     )

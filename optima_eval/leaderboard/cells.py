@@ -28,13 +28,15 @@ from optima_eval.portable_paths import Roots, expand, portable
 from optima_eval.systems import Outcome, System
 
 __all__ = [
-    "IDENTITY_FIELDS", "LOCATION_KWARGS", "Cell", "CellResult", "HeldOut", "ModelSpec", "Partial", "append_partial",
+    "ABLATION_FIELDS", "IDENTITY_FIELDS", "LOCATION_KWARGS", "Cell", "CellResult", "HeldOut", "ModelSpec", "Partial", "append_partial",
     "cell_path", "describe_heldout", "heldout_identity", "heldout_locations", "identity_key", "model_identity", "read_cell",
     "read_partial", "recorded_env_kwargs", "rewrite_cell", "store_cell", "summarize_outcomes", "system_spec", "write_cell",
 ]
 
 #: The parts of a cell's description that are its identity (the rest says how and when it was computed).
-IDENTITY_FIELDS = ("system", "settings", "model", "heldout", "max_new_tokens", "ablation")
+IDENTITY_FIELDS = ("system", "settings", "model", "heldout", "max_new_tokens", "ablation", "swap_group")
+#: The fields only an ablation cell has: the cell it ablates is keyed without them.
+ABLATION_FIELDS = ("ablation", "swap_group")
 
 #: Env options that say where a task's data is, not what it is: the data's content is keyed instead.
 LOCATION_KWARGS = ("data_dir", "data_files", "evidence_dir")
@@ -200,6 +202,9 @@ class Cell:
                     "max_new_tokens": self.max_new_tokens}
         if self.ablation is not None:
             identity["ablation"] = self.ablation
+            group = getattr(self.heldout.task, "swap_group", None) if self.ablation == "swap" else None
+            if group is not None:  # donors of the same group: another measurement than any donor
+                identity["swap_group"] = group.__name__
         return identity
 
     @property

@@ -146,10 +146,11 @@ def diagnose(env_id: str, env_kwargs: Mapping[str, Any], policy: Any, records: S
     questions (solo, swap, remove); returns plain data."""
     from optima_eval.heldout import HeldOut
     from optima_eval.systems import SystemContext, make_system
-    from optima_eval.systems.ablation import ABLATION_MODES, MessageAblation, swap_donors
+    from optima_eval.systems.ablation import ABLATION_MODES, MessageAblation, swap_donors, swap_groups
     from optima_eval.systems.dialogue import dialogue_outcome
 
-    questions = HeldOut(env_id, env_kwargs, len(records), seed, first_index).questions()
+    heldout = HeldOut(env_id, env_kwargs, len(records), seed, first_index)
+    questions = heldout.questions()
     base = [dialogue_outcome(r, q) for r, q in zip(records, questions)]
 
     def context(ablation: MessageAblation | None = None) -> SystemContext:
@@ -160,7 +161,8 @@ def diagnose(env_id: str, env_kwargs: Mapping[str, Any], policy: Any, records: S
     no_talk = make_system("solo").run(context())
     out: dict[str, Any] = {"no_talk": _interval(no_talk).__dict__, "score_ablated": {}, "comm_gain": {}}
     for mode in ABLATION_MODES:
-        donors = swap_donors({o.position: o.transcript for o in base}) if mode == "swap" else {}
+        donors = swap_donors({o.position: o.transcript for o in base},
+                             swap_groups(heldout.task, questions)) if mode == "swap" else {}
         ablated = dialogue.run(context(MessageAblation(mode, donors)))
         out["score_ablated"][mode] = _interval(ablated).__dict__
         out["comm_gain"][mode] = comm_gain(base, ablated).__dict__

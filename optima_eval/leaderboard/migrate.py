@@ -30,6 +30,7 @@ from typing import Any, Mapping, Sequence
 from optima_envs.atomic_files import atomic_write_bytes, atomic_write_text
 from optima_envs.errors import OptimaError
 from optima_eval.leaderboard.cells import (
+    ABLATION_FIELDS,
     IDENTITY_FIELDS,
     HeldOut,
     heldout_locations,
@@ -77,7 +78,7 @@ def migrated_description(description: Mapping[str, Any], roots: Roots) -> dict[s
     out = {**description, "model": model, "heldout": heldout}
     out["key"] = identity_key({k: out[k] for k in IDENTITY_FIELDS if k in out})
     if "ablation" in out:
-        out["ablates"] = identity_key({k: out[k] for k in IDENTITY_FIELDS if k in out and k != "ablation"})
+        out["ablates"] = identity_key({k: out[k] for k in IDENTITY_FIELDS if k in out and k not in ABLATION_FIELDS})
     if locations:
         out["locations"] = locations
     return out

@@ -64,14 +64,18 @@ class Diagnostics:
     """A row's communication diagnostics (any part may be missing: None)."""
 
     def __init__(self, no_talk: Interval | None, gains: dict[str, Interval], partner_only: Interval | None,
-                 told: dict[str, Interval] | None = None):
+                 told: dict[str, Interval] | None = None, any_donor: bool = False):
         self.no_talk, self.gains, self.partner_only, self.told = no_talk, gains, partner_only, told
+        # The swap took any other question's messages on a task whose swaps now keep to a swap
+        # group (a cell measured before the task had one): shown, but marked as the other measurement.
+        self.any_donor = any_donor
 
     def to_dict(self) -> dict:
         return {"no_talk": None if self.no_talk is None else self.no_talk.__dict__,
                 "comm_gain": {mode: g.__dict__ for mode, g in self.gains.items()},
                 "partner_only": None if self.partner_only is None else self.partner_only.__dict__,
-                "told": None if self.told is None else {k: i.__dict__ for k, i in self.told.items()}}
+                "told": None if self.told is None else {k: i.__dict__ for k, i in self.told.items()},
+                **({"swap_any_donor": True} if self.any_donor else {})}
 
 
 def rows_of(results: Sequence[CellResult]) -> list[Row]:
@@ -91,11 +95,14 @@ def attach_diagnostics(rows: Sequence[Row]) -> list[Row]:
     places = heldout_places(first["heldout"], first.get("locations")) if first else None
     if not (ablations or no_talk or places):
         return shown
+    grouped = any(a.result.description.get("swap_group") for by_mode in ablations.values() for a in by_mode.values())
     for r in shown:
         gains = {mode: comm_gain(r.result.outcomes, a.result.outcomes) for mode, a in sorted(ablations[r.key].items())}
         partner = place_scores(r.result.outcomes, places)["partner"] if places else None
         told = heldout_told(r.result.outcomes, first["heldout"], first.get("locations")) if places else None
-        r.diagnostics = Diagnostics(no_talk.get((r.model, r.backend, r.dtype)), gains, partner, told)
+        swap = ablations[r.key].get("swap")
+        any_donor = grouped and swap is not None and not swap.result.description.get("swap_group")
+        r.diagnostics = Diagnostics(no_talk.get((r.model, r.backend, r.dtype)), gains, partner, told, any_donor)
     return shown
 
 
@@ -148,7 +155,8 @@ def task_table(rows: Sequence[Row]) -> str:
 DIAGNOSTICS_NOTE = (
     "no-talk: the same model's `solo` score (each agent answers from its own evidence alone, the best agent per "
     "question counts). comm gain: the score minus the score of the same dialogues with the partners' messages "
-    "swapped for the next question's at the same turn positions (swap) or removed from every agent's view "
+    "swapped for the next question's at the same turn positions (swap; in a game whose moves name its own items, "
+    "the next game with the same items, except where marked `any donor`) or removed from every agent's view "
     "(remove), mean over questions with a paired 95% bootstrap interval. partner-only: the score on the questions "
     "whose answer only the partner holds (n of them). told: on those questions, the share of dialogues whose partner "
     "told the answerer what it lacked (in a game: named the target and no other object; otherwise: wrote the gold "
@@ -162,6 +170,8 @@ def _diagnostic_cells(d: Diagnostics | None) -> str:
     no_talk = "" if d.no_talk is None else _fmt(d.no_talk.mean)
     gains = [d.gains.get(mode) for mode in ("swap", "remove")]
     shown = ["" if g is None else f"{g.mean:+.3f} [{g.low:+.3f}, {g.high:+.3f}]" if g.n else "n/a" for g in gains]
+    if d.any_donor and shown[0]:
+        shown[0] += " (any donor)"
     partner = "" if d.partner_only is None else f"{_fmt(d.partner_only.mean)} ({d.partner_only.n})"
     told = "" if d.told is None else f"{_fmt(d.told['told'].mean, '.2f')}, {_fmt(d.told['score_told'].mean)}"
     return f" {no_talk} | {shown[0]} | {shown[1]} | {partner} | {told} |"

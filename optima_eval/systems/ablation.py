@@ -5,18 +5,20 @@ at the same turn positions (`optima_envs.core.ablation` does it inside the env).
 The drop in score, `comm_gain = score - score_ablated`, is what talking contributed: a pair
 whose listener copies the speaker loses everything under the swap, and a pair that ignores its
 partner loses nothing. Donors for the swap are the base run's own dialogues, question `p`
-taking question `p + 1`'s (a fixed derangement, so no question keeps its own messages).
+taking the next question's (a fixed derangement, so no question keeps its own messages); on a
+task with a `swap_group` (a game whose moves name its own items), the next question of the same
+group, so the swapped message can be read and only what it says changes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Sequence
 
 from optima_envs.core.ablation import ABLATION_MODES
 from optima_envs.errors import ConfigError
 
-__all__ = ["ABLATION_MODES", "MessageAblation", "swap_donors"]
+__all__ = ["ABLATION_MODES", "MessageAblation", "swap_donors", "swap_groups"]
 
 Transcript = Sequence[Mapping[str, str]]
 
@@ -43,8 +45,10 @@ class MessageAblation:
         return {"ablation": {"mode": "swap", "messages": messages}}
 
 
-def swap_donors(transcripts: Mapping[int, Transcript]) -> dict[int, Transcript]:
-    """Position -> the transcript of the next position in order (the last takes the first's).
+def swap_donors(transcripts: Mapping[int, Transcript],
+                groups: Mapping[int, Hashable] | None = None) -> dict[int, Transcript]:
+    """Position -> the transcript of the next position in order (cyclically), the next one in the
+    same group where `groups` gives each position's group and another position shares it.
 
     Raises:
         ConfigError: fewer than two transcripts (a swap needs another question's messages).
@@ -52,4 +56,15 @@ def swap_donors(transcripts: Mapping[int, Transcript]) -> dict[int, Transcript]:
     positions = sorted(transcripts)
     if len(positions) < 2:
         raise ConfigError(f"a swap ablation needs at least two held-out dialogues, got {len(positions)}")
-    return {p: transcripts[positions[(i + 1) % len(positions)]] for i, p in enumerate(positions)}
+    donors = {}
+    for i, p in enumerate(positions):
+        after = positions[i + 1:] + positions[:i]
+        same = [q for q in after if groups is not None and groups[q] == groups[p]]
+        donors[p] = transcripts[(same or after)[0]]
+    return donors
+
+
+def swap_groups(task: Any, questions: Sequence[Any]) -> dict[int, Hashable] | None:
+    """Each question's swap group by position (`Task.swap_group`), or None for a task without one."""
+    group = getattr(task, "swap_group", None)
+    return None if group is None else {q.position: group(q.instance) for q in questions}

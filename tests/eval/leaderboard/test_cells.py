@@ -97,3 +97,18 @@ def test_a_cell_with_nothing_scored_is_strict_json_and_reads_back_as_nan(tmp_pat
     assert "NaN" not in path.read_text()
     result = read_cell(path)
     assert math.isnan(result.score.mean) and result.score.n == 0 and result.tokens.mean == 10.0
+
+
+def test_a_swap_within_swap_groups_is_its_own_cell(tmp_path):
+    """Negotiation's swap takes donors with the same items: its key says so, so no cell measured
+    with any donor is read back for it; other tasks' swap cells keep their keys."""
+    from optima_eval.heldout import HeldOut
+    from optima_eval.leaderboard.cells import Cell
+    from optima_eval.systems import make_system
+
+    spec = ModelSpec("m", str(weights(tmp_path / "ckpt")), backend="hf", dtype="float32")
+    game = Cell(HeldOut("negotiation-game", {"split": "validation"}, count=4), make_system("mas"), spec, ablation="swap")
+    assert game.identity["swap_group"] == "item_names"
+    assert "swap_group" not in Cell(game.heldout, make_system("mas"), spec, ablation="remove").identity
+    other = Cell(HeldOut("referential-game", count=4), make_system("mas"), spec, ablation="swap")
+    assert "swap_group" not in other.identity and other.identity["ablation"] == "swap"

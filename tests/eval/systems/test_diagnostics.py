@@ -82,6 +82,27 @@ class TestMessageAblation:
         with pytest.raises(ConfigError, match="mode is one of"):
             MessageAblation("mute")
 
+    def test_donors_come_from_the_same_swap_group_where_there_is_one(self):
+        transcripts = {p: [{"speaker": "a", "text": str(p)}] for p in range(6)}
+        groups = {0: "x", 1: "y", 2: "x", 3: "z", 4: "y", 5: "x"}
+        donors = swap_donors(transcripts, groups)
+        # 0 -> 2 -> 5 -> 0 within x, 1 <-> 4 within y; 3 is alone in z and takes the next question
+        assert {p: int(d[0]["text"]) for p, d in donors.items()} == {0: 2, 1: 4, 2: 5, 3: 4, 4: 1, 5: 0}
+
+    def test_negotiation_games_swap_with_a_game_of_the_same_items(self):
+        from optima_eval.heldout import HeldOut
+        from optima_eval.systems.ablation import swap_groups
+
+        heldout = HeldOut("negotiation-game", {"split": "validation"}, count=40)
+        questions = heldout.questions()
+        groups = swap_groups(heldout.task, questions)
+        assert groups == {q.position: tuple(q.instance.meta["items"]) for q in questions}
+        donors = swap_donors({q.position: [{"speaker": "a", "text": str(q.position)}] for q in questions}, groups)
+        matched = [p for p, d in donors.items() if groups[int(d[0]["text"])] == groups[p]]
+        shared = [p for p in groups if list(groups.values()).count(groups[p]) > 1]
+        assert matched == shared and len(shared) >= 20
+        assert swap_groups(HeldOut("referential-game").task, questions[:2]) is None
+
     def test_only_ablatable_systems_say_so(self):
         assert make_system("mas").ablatable and make_system("autoform").ablatable
         assert not make_system("mas-sc").ablatable and not make_system("cot").ablatable
