@@ -188,3 +188,23 @@ class TestEvalDiagnostics:
         rows = dict(_diagnostic_rows(found))
         assert rows["partner told what was needed (partner-only questions)"].startswith("1.000")
         assert "score when told" in rows and "score when not told" not in rows
+
+
+def test_published_negotiation_swaps_say_which_donors_they_took():
+    """On the published board, the negotiation pairs re-measured with donors of the same items show
+    their swap gain plain; the cells measured before (any next game's messages) are marked."""
+    from pathlib import Path
+
+    from optima_eval.leaderboard.cells import read_cell
+    from optima_eval.leaderboard.report import _diagnostic_cells, attach_diagnostics, rows_of
+
+    board = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "leaderboard" / "cells" / "negotiation-game"
+    results = [read_cell(p) for p in sorted((board / "mas").rglob("neg-*.json"))]
+    rows = {r.model: r for r in attach_diagnostics(rows_of(results))}
+    grouped = {r.description["ablates"] for r in results if r.description.get("swap_group") == "item_names"}
+    grouped = {label for label, r in rows.items() if r.key in grouped}
+    assert grouped and all(not rows[label].diagnostics.any_donor for label in grouped)
+    older = [r for label, r in rows.items() if label not in grouped and "swap" in r.diagnostics.gains]
+    assert older and all(r.diagnostics.any_donor for r in older)
+    assert "(any donor)" in _diagnostic_cells(older[0].diagnostics)
+    assert "(any donor)" not in _diagnostic_cells(rows[next(iter(grouped))].diagnostics)
