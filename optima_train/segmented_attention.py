@@ -10,7 +10,8 @@ blocks is skipped. `segmented_sdpa` reads the sequence starts from `position_ids
 query sees its own sequence's earlier keys) at a quarter of the work for four sequences.
 
 Anything that is not a packed row (a batch of several rows, a padding mask, one sequence)
-goes to transformers' `sdpa` unchanged. `use_segmented_attention(model)` registers the
+goes to transformers' `sdpa` unchanged, and a model with sliding-window layers is never switched
+(its mask is not plain causal). `use_segmented_attention(model)` registers the
 implementation under `SEGMENTED_SDPA` and switches the model to it; masks are built as for
 `sdpa`, so switching back is always safe.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SEGMENTED_SDPA", "segment_bounds", "segmented_sdpa", "use_segmented_attention"]
+__all__ = ["SEGMENTED_SDPA", "plain_causal", "segment_bounds", "segmented_sdpa", "use_segmented_attention"]
 
 SEGMENTED_SDPA = "optima_segmented_sdpa"
 
@@ -60,14 +61,23 @@ def segmented_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask
     return torch.cat(parts, dim=1), None
 
 
+def plain_causal(config: Any) -> bool:
+    """Whether every layer of a model with this config attends to all earlier tokens (no sliding
+    window), the only attention a per-sequence `is_causal` call reproduces."""
+    if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
+        return False
+    return getattr(config, "sliding_window", None) is None or getattr(config, "use_sliding_window", True) is False
+
+
 def use_segmented_attention(model: Any) -> bool:
     """Register `segmented_sdpa` (with `sdpa`'s masks) and switch `model` to it when it runs
-    `sdpa` now; returns whether it did (a model on eager, flash or flex attention is left alone)."""
+    `sdpa` now with plain causal attention; returns whether it did (a model on eager, flash or
+    flex attention, or with sliding-window layers, is left alone)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     config = getattr(model, "config", None)
-    if getattr(config, "_attn_implementation", None) not in ("sdpa", SEGMENTED_SDPA):
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", SEGMENTED_SDPA) or not plain_causal(config):
         return False
     AttentionInterface.register(SEGMENTED_SDPA, segmented_sdpa)
     AttentionMaskInterface.register(SEGMENTED_SDPA, sdpa_mask)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from optima_train.segmented_attention import SEGMENTED_SDPA, segment_bounds, use_segmented_attention
+from optima_train.segmented_attention import SEGMENTED_SDPA, plain_causal, segment_bounds, use_segmented_attention
 from tests.train.tiny_model import build_tiny_model
 
 
@@ -80,3 +80,12 @@ def test_a_model_not_on_sdpa_is_left_alone(tiny) -> None:
 
     model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32, attn_implementation="eager")
     assert not use_segmented_attention(model) and model.config._attn_implementation == "eager"
+
+
+def test_only_plain_causal_attention_is_segmented() -> None:
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+
+    assert plain_causal(LlamaConfig())
+    assert plain_causal(Qwen2Config(use_sliding_window=False))
+    assert not plain_causal(Qwen2Config(use_sliding_window=True, sliding_window=64, max_window_layers=0))
+    assert not plain_causal(MistralConfig(sliding_window=64))
