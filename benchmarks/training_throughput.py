@@ -147,11 +147,14 @@ def run_variant(model_path: Path, rows: list[dict[str, list[int]]], variant: Var
 
     from optima_train.lm_head import labelled_positions_only
     from optima_train.segmented_attention import use_segmented_attention
+    from optima_train.trl_glue import keep_residual_float32
 
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     weights = torch.bfloat16 if variant.dtype == "bf16-weights" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=weights)
+    if variant.dtype == "bf16-weights":  # as `optima_train.trl_glue.load_for_training` does
+        keep_residual_float32(model)
     if variant.segmented:
         use_segmented_attention(model)
     marks: list[float] = []

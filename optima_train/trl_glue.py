@@ -40,7 +40,7 @@ from optima_train.lm_head import labelled_positions_only
 from optima_train.run_dir import read_json
 
 __all__ = ["TrainRun", "TrainingLaunchError", "base_dtype", "count_trainable", "finish_training", "launch_training",
-           "load_for_training", "lora_config", "merged_adapter", "quiet_progress", "train_with", "training_args"]
+           "keep_residual_float32", "load_for_training", "lora_config", "merged_adapter", "quiet_progress", "train_with", "training_args"]
 
 
 class TrainingLaunchError(OptimaError, RuntimeError):
@@ -171,8 +171,23 @@ def load_for_training(init: str, dtype: str = "float32") -> tuple[Any, Any]:
     from optima_train.segmented_attention import use_segmented_attention
 
     model = AutoModelForCausalLM.from_pretrained(init, dtype=getattr(torch, dtype))
+    if dtype == "bfloat16":
+        keep_residual_float32(model)
     use_segmented_attention(model)
     return AutoTokenizer.from_pretrained(init), model
+
+
+def keep_residual_float32(model: Any) -> None:
+    """Cast the embeddings and the norms of a bf16-loaded model back to float32. The residual
+    stream then starts in float32 and stays there, as it does under autocast with float32
+    weights (each bf16 product is added to it in float32), while the big products keep their
+    bf16 weights; the norms and the embedding are a small share of the weights and of the work."""
+    import torch
+
+    model.get_input_embeddings().float()
+    for module in model.modules():
+        if type(module).__name__.endswith("RMSNorm") or isinstance(module, torch.nn.LayerNorm):
+            module.float()
 
 
 def base_dtype(cfg: Any) -> str:

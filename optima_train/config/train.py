@@ -96,8 +96,9 @@ class TRLTrainSection:
     gradient_checkpointing: bool = field(default=False, metadata=help_meta("Trade compute for memory."))
     frozen_base_dtype: Literal["auto", "float32", "bfloat16"] = field(default="auto", metadata=help_meta(
         "dtype the frozen base of a LoRA run is loaded in: bfloat16 saves autocast's cast of every weight in every "
-        "pass (the products are the same bf16 ones; the residual stream is bf16 too) and the adapter is merged into "
-        "the float32 weights after; auto: bfloat16 when LoRA trains under bf16, else float32.",
+        "pass (the products are the same bf16 ones; the embedding and norms stay float32, so the residual stream "
+        "does too) and the adapter is merged into the float32 weights after; auto: bfloat16 when LoRA trains under "
+        "bf16, else float32.",
         choices=["auto", "float32", "bfloat16"]))
     logging_steps: int = field(default=5, metadata=help_meta("Log the losses every this many steps."))
     report_to: list[str] = field(default_factory=lambda: ["auto"], metadata=help_meta(

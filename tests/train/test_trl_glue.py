@@ -21,6 +21,9 @@ class _Anything:
     def __getattr__(self, name):
         return lambda *args, **kwargs: self
 
+    def __iter__(self):  # a model with no modules to walk
+        return iter(())
+
 
 @pytest.fixture
 def cuda_present(monkeypatch):
@@ -217,3 +220,23 @@ def test_adapter_merges_into_the_float32_start_not_the_bf16_training_base(tmp_pa
     # The check can fail: merged into the bf16 base, the update is lost to rounding.
     into_bf16 = trained.merge_and_unload().model.layers[0].self_attn.q_proj.weight.float()
     assert not torch.allclose(into_bf16 - start, delta, atol=1e-8)
+
+
+def test_a_bf16_base_keeps_its_residual_stream_in_float32(tmp_path):
+    """The big products run on bf16 weights; the embedding and the norms stay float32, so the
+    hidden states are float32 between the layers, as under autocast with float32 weights."""
+    import torch
+
+    from optima_train.segmented_attention import SEGMENTED_SDPA
+    from optima_train.trl_glue import load_for_training
+    from tests.train.tiny_model import build_tiny_model
+
+    _, model = load_for_training(str(build_tiny_model(tmp_path / "init")), "bfloat16")
+    layer = model.model.layers[0]
+    assert layer.self_attn.q_proj.weight.dtype == layer.mlp.down_proj.weight.dtype == torch.bfloat16
+    assert model.get_input_embeddings().weight.dtype == torch.float32
+    assert layer.input_layernorm.weight.dtype == model.model.norm.weight.dtype == torch.float32
+    assert model.config._attn_implementation == SEGMENTED_SDPA
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hidden = model(input_ids=torch.tensor([[6, 7, 8]]), output_hidden_states=True).hidden_states
+    assert all(h.dtype == torch.float32 for h in hidden)
