@@ -178,16 +178,14 @@ def load_for_training(init: str, dtype: str = "float32") -> tuple[Any, Any]:
 
 
 def keep_residual_float32(model: Any) -> None:
-    """Cast the embeddings and the norms of a bf16-loaded model back to float32. The residual
-    stream then starts in float32 and stays there, as it does under autocast with float32
-    weights (each bf16 product is added to it in float32), while the big products keep their
-    bf16 weights; the norms and the embedding are a small share of the weights and of the work."""
-    import torch
-
+    """Cast the input embedding and every parameter with fewer than two dimensions (the norms'
+    weights, any biases) of a bf16-loaded model back to float32. The residual stream then starts
+    in float32 and stays there, as it does under autocast with float32 weights (each bf16
+    product is added to it in float32), while the big products keep their bf16 weights."""
     model.get_input_embeddings().float()
-    for module in model.modules():
-        if type(module).__name__.endswith("RMSNorm") or isinstance(module, torch.nn.LayerNorm):
-            module.float()
+    for parameter in model.parameters():
+        if parameter.dim() < 2:
+            parameter.data = parameter.data.float()
 
 
 def base_dtype(cfg: Any) -> str:
@@ -207,11 +205,14 @@ def base_dtype(cfg: Any) -> str:
 
 def merged_adapter(init: str, adapter: Path) -> Any:
     """The float32 weights of `init` with the LoRA adapter saved in `adapter` merged in. Merging
-    into the float32 start, rather than into the model that trained (whose frozen base may be
-    bf16), keeps every update smaller than bf16's rounding step."""
+    into the float32 start, rather than into a model whose frozen base is bf16, keeps every
+    update smaller than bf16's rounding step."""
+    import torch
     from peft import PeftModel
+    from transformers import AutoModelForCausalLM
 
-    return PeftModel.from_pretrained(load_for_training(init)[1], str(adapter)).merge_and_unload()
+    base = AutoModelForCausalLM.from_pretrained(init, dtype=torch.float32)
+    return PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
 
 
 def lora_config(cfg: Any) -> Any | None:
@@ -255,10 +256,12 @@ def training_args(cfg: Any, folder: Path, *, seed: int) -> dict[str, Any]:
 
 
 def finish_training(trainer: Any, output: Any, tokenizer: Any, folder: Path, init: str) -> list[dict[str, Any]]:
-    """Merge the LoRA adapter (if any) into the float32 weights of `init`, save `folder/checkpoint`
+    """Merge the LoRA adapter (if any) into the float32 weights it trained on, or into a float32
+    reload of `init` when the frozen base was bf16 (`merged_adapter`), save `folder/checkpoint`
     as a plain HF folder (atomically) and `folder/train.json`; returns TRL's log history. The
     adapter itself is kept in `checkpoint/adapter`, so a running vLLM engine can serve the
     checkpoint (`adapter_stack`)."""
+    import torch
     from peft import PeftModel
 
     from optima_train.adapter_stack import ADAPTER_DIR
@@ -267,7 +270,8 @@ def finish_training(trainer: Any, output: Any, tokenizer: Any, folder: Path, ini
     with atomic_dir(folder / "checkpoint") as tmp:
         if isinstance(model, PeftModel):
             model.save_pretrained(tmp / ADAPTER_DIR)
-            model = merged_adapter(init, tmp / ADAPTER_DIR)
+            frozen_float32 = all(p.dtype == torch.float32 for p in model.parameters() if not p.requires_grad)
+            model = model.merge_and_unload() if frozen_float32 else merged_adapter(init, tmp / ADAPTER_DIR)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     history = trainer.state.log_history

@@ -146,7 +146,7 @@ def diagnose(env_id: str, env_kwargs: Mapping[str, Any], policy: Any, records: S
     questions (solo, swap, remove); returns plain data."""
     from optima_eval.heldout import HeldOut
     from optima_eval.systems import SystemContext, make_system
-    from optima_eval.systems.ablation import ABLATION_MODES, MessageAblation, swap_donors, swap_groups
+    from optima_eval.systems.ablation import ABLATION_MODES, MessageAblation
     from optima_eval.systems.dialogue import dialogue_outcome
 
     heldout = HeldOut(env_id, env_kwargs, len(records), seed, first_index)
@@ -161,9 +161,8 @@ def diagnose(env_id: str, env_kwargs: Mapping[str, Any], policy: Any, records: S
     no_talk = make_system("solo").run(context())
     out: dict[str, Any] = {"no_talk": _interval(no_talk).__dict__, "score_ablated": {}, "comm_gain": {}}
     for mode in ABLATION_MODES:
-        donors = swap_donors({o.position: o.transcript for o in base},
-                             swap_groups(heldout.task, questions)) if mode == "swap" else {}
-        ablated = dialogue.run(context(MessageAblation(mode, donors)))
+        ablation = MessageAblation.swap(base, heldout.task, questions) if mode == "swap" else MessageAblation(mode)
+        ablated = dialogue.run(context(ablation))
         out["score_ablated"][mode] = _interval(ablated).__dict__
         out["comm_gain"][mode] = comm_gain(base, ablated).__dict__
     places = {q.position: answer_place_of(q, env_id, env_kwargs) for q in questions}

@@ -51,7 +51,7 @@ from optima_eval.leaderboard.cells import (
 )
 from optima_eval.leaderboard.rescore import rescore_outcomes
 from optima_eval.systems import System, SystemContext, make_system
-from optima_eval.systems.ablation import ABLATION_MODES, MessageAblation, swap_donors, swap_groups
+from optima_eval.systems.ablation import ABLATION_MODES, MessageAblation
 from optima_eval.systems.base import prefix_vote
 
 __all__ = ["LeaderboardConfig", "LeaderboardRun", "parse_model", "plan_cells", "run_leaderboard"]
@@ -340,8 +340,7 @@ def _ablation(cell: Cell, root: Path, questions: list, policy: Any, config: Lead
         context = SystemContext(cell.heldout.env_id, cell.heldout.env_kwargs, questions, policy,
                                 max_new_tokens=cell.max_new_tokens, progress=config.progress)
         outcomes = cell.system.run(context)
-    return MessageAblation("swap", swap_donors({o.position: o.transcript for o in outcomes},
-                                               swap_groups(cell.heldout.task, questions)))
+    return MessageAblation.swap(outcomes, cell.heldout.task, questions)
 
 
 def _compute(cell: Cell, root: Path, questions: list, policy: Any, config: LeaderboardConfig,

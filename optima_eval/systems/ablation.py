@@ -35,6 +35,12 @@ class MessageAblation:
         if self.mode not in ABLATION_MODES:
             raise ConfigError(f"a message ablation's mode is one of {list(ABLATION_MODES)}, got {self.mode!r}")
 
+    @classmethod
+    def swap(cls, outcomes: Sequence[Any], task: Any, questions: Sequence[Any]) -> "MessageAblation":
+        """The swap of a base run's dialogues (`outcomes` of `questions`): each question takes the
+        transcript of the next one, of the same swap group where `task` has one."""
+        return cls("swap", swap_donors({o.position: o.transcript for o in outcomes}, swap_groups(task, questions)))
+
     def options(self, position: int) -> dict[str, Any]:
         """The env's reset option for the question at `position`."""
         if self.mode == "remove":
