@@ -28,6 +28,10 @@ Why it is built this way:
   decode costs far more than the export saves. The merged folder is also what every other
   backend runs, so parity is measured on the same weights. (A quantized base plus a float
   adapter would also not be the weights that were trained.)
+- **Prefix reuse across turns** (`prefix_cache`, on by default): an agent's next prompt extends
+  its last prompt and reply, so the engine keeps each finished sequence's cells (in its stream, or
+  saved to host memory when streams run short) and prefills only the new tokens
+  (`llamacpp_engine` says how).
 - **Sampling in numpy** (`llamacpp_sampling.RowSampler`): per-row seeded generators, the same
   temperature / top-p rule as `HFPolicy`, and log-probs under the distribution drawn from.
 - **Vocabulary check at load**: the GGUF's vocabulary must be the tokenizer's, entry for entry;
