@@ -31,6 +31,8 @@ the reference implementation's way of generating):
   engine-llamacpp-unified-W  the same with one unified KV buffer for all sequences
                         (`kv_unified=True`), where every token's attention spans every sequence's
                         cells: the split/unified ratio is what the per-sequence streams buy
+  engine-llamacpp-nocache-W  split streams without the prefix cache (`prefix_cache=False`): every
+                        turn's prompt is prefilled whole; the ratio is what keeping the cells buys
   reference-style-llamacpp-W  the reference-style pool of `--ref-threads` threads on the same
                         llama.cpp policy; since that policy is in-process, a micro-batcher stands in
                         for the server: it gathers the requests the threads are waiting on into one
@@ -44,6 +46,10 @@ exported from the model folder on first use); each row records the backend and t
 policy's default of 2,048 per sequence's stream, and 32,768 for the unified buffer (room for 64
 sequences of the longest prompt of this workload, a fourth turn of about 400 tokens, plus its
 reply, so admission by KV budget does not cap the batch).
+`--llamacpp-live N` caps the episodes in flight on the engine-llamacpp paths: the prefix cache
+keeps one stream per agent of each live episode, so with two agents it can serve every later turn
+only while 2 x N <= `--batch-size` (the streams); with more episodes live, their histories evict
+each other and every turn is prefilled whole.
 `--ref-window-ms` (50) is how long the micro-batcher waits for one more request before sending
 a batch that is not full.
 
@@ -106,7 +112,7 @@ NAME = "rollout_throughput"
 DEFAULT_PATHS = "reference-style,engine-openai,engine-vllm,engine-vllm-lockstep,vllm-raw"
 QUICK = {"episodes": 32, "repeats": 1}
 _SETTINGS = ("batch_size", "threads", "repeats", "ref_threads", "inflight", "kv_cache_gib", "enforce_eager",
-             "llamacpp_ctx", "ref_window_ms")
+             "llamacpp_ctx", "llamacpp_live", "ref_window_ms")
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,7 @@ class Workload:
     kv_cache_gib: float = 4.0
     enforce_eager: bool = False
     llamacpp_ctx: int | None = None  # None: the policy's 2,048 cells per sequence; 32,768 when unified
+    llamacpp_live: int | None = None  # episodes in flight on the engine-llamacpp paths (None: all)
     ref_window_ms: float = 50.0
 
     def specs(self) -> list[Any]:
@@ -574,7 +581,7 @@ def run_thread_pool(w: Workload, act_one: Callable[[Any], Any], *, before: Calla
 #: Weight types the llama.cpp paths run (`--llamacpp-weights`): each is its own result row.
 LLAMACPP_WEIGHTS = ("q4_1", "q8_0", "f16", "f32")
 #: Path families that `--llamacpp-weights` expands into one path per weight type.
-LLAMACPP_FAMILIES = ("engine-llamacpp", "engine-llamacpp-unified", "reference-style-llamacpp")
+LLAMACPP_FAMILIES = ("engine-llamacpp", "engine-llamacpp-unified", "engine-llamacpp-nocache", "reference-style-llamacpp")
 #: KV cells of the unified buffer when `--llamacpp-ctx` is not given.
 BENCH_UNIFIED_CELLS = 32768
 
@@ -593,20 +600,20 @@ def expand_paths(names: list[str], weights: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def llamacpp_policy(w: Workload, weights: str, *, kv_unified: bool = False) -> Any:
+def llamacpp_policy(w: Workload, weights: str, *, kv_unified: bool = False, prefix_cache: bool = True) -> Any:
     """The LlamaCppPolicy with `weights`, `w.batch_size` parallel sequences and `w.llamacpp_ctx` KV
-    cells (split streams, or one unified buffer); one llama.cpp model is kept at a time (loading
-    another closes the previous one)."""
+    cells (split streams, or one unified buffer), with or without its prefix cache; one llama.cpp
+    model is kept at a time (loading another closes the previous one)."""
     from optima_agents.policies.llamacpp import LlamaCppPolicy
 
     n_ctx = w.llamacpp_ctx or (BENCH_UNIFIED_CELLS if kv_unified else None)
-    key = ("llamacpp", w.model, weights, w.batch_size, w.threads, n_ctx, kv_unified)
+    key = ("llamacpp", w.model, weights, w.batch_size, w.threads, n_ctx, kv_unified, prefix_cache)
     if key not in _POLICY_CACHE:
         for other in [k for k in _POLICY_CACHE if k[0] == "llamacpp"]:
             _POLICY_CACHE.pop(other).close()
         _POLICY_CACHE[key] = LlamaCppPolicy(w.model, sampling=w.sampling(), weights=weights,
                                             batch_size=w.batch_size, n_ctx=n_ctx, num_threads=w.threads,
-                                            kv_unified=kv_unified)
+                                            kv_unified=kv_unified, prefix_cache=prefix_cache)
     return _POLICY_CACHE[key]
 
 
@@ -616,16 +623,19 @@ def llamacpp_settings(policy: Any) -> dict[str, Any]:
     return {"backend": identity["backend"], "weights": identity["weights"]["type"],
             "weights_source": identity["weights"]["source"], "gguf": Path(identity["weights"]["file"]).name,
             "parallel_sequences": identity["parallel_sequences"], "n_ctx": identity["n_ctx"],
-            "kv_unified": identity["kv_unified"],
+            "kv_unified": identity["kv_unified"], "prefix_cache": identity["prefix_cache"],
             "llama_threads": identity["threads"], "llama_cpp_version": identity["llama_cpp_version"]}
 
 
-def run_engine_llamacpp(w: Workload, weights: str, *, kv_unified: bool = False) -> PathResult:
+def run_engine_llamacpp(w: Workload, weights: str, *, kv_unified: bool = False,
+                        prefix_cache: bool = True) -> PathResult:
     """The engine with in-process llama.cpp (`LlamaCppPolicy`), in lock step (the policy has no
     `submit`): one `act` per turn of every live episode, decoded as parallel sequences with
     continuous batching inside the call. `engine_overhead` is the share of the wall time spent
-    outside `act` (env steps, engine bookkeeping)."""
-    policy = llamacpp_policy(w, weights, kv_unified=kv_unified)
+    outside `act` (env steps, engine bookkeeping); `prompt_tokens_fed` and `prompt_tokens_reused`
+    count the prompt tokens prefilled and those served from kept cells (the prefix cache)."""
+    policy = llamacpp_policy(w, weights, kv_unified=kv_unified, prefix_cache=prefix_cache)
+    stats_before = dict(policy.engine.stats)
     calls: list[float] = []
     act = policy.act
 
@@ -636,14 +646,22 @@ def run_engine_llamacpp(w: Workload, weights: str, *, kv_unified: bool = False) 
         finally:
             calls.append(time.perf_counter() - start)
 
+    def before() -> None:
+        calls.clear()
+        policy.engine.clear()  # every repeat starts with no kept cells
+        stats_before.update(policy.engine.stats)
+
     def after(result: PathResult) -> None:
         inside = sum(calls)
+        stats = policy.engine.stats
         result.extra.update(act_s=round(inside, 2),
-                            engine_overhead=round(1 - inside / result.wall_s, 4) if result.wall_s else None)
+                            engine_overhead=round(1 - inside / result.wall_s, 4) if result.wall_s else None,
+                            prompt_tokens_fed=stats["prompt_tokens"] - stats_before["prompt_tokens"],
+                            prompt_tokens_reused=stats["reused_tokens"] - stats_before["reused_tokens"])
 
     policy.act = timed
     try:
-        result = run_engine(w, policy, scheduling="lock-step", before=calls.clear, after=after)
+        result = run_engine(w, policy, scheduling="lock-step", max_live=w.llamacpp_live, before=before, after=after)
     finally:
         del policy.act
     result.extra.update(llamacpp_settings(policy))
@@ -707,6 +725,8 @@ PATHS: dict[str, Callable[[Workload], PathResult]] = {
     **{f"engine-llamacpp-{kind}": partial(run_engine_llamacpp, weights=kind) for kind in LLAMACPP_WEIGHTS},
     **{f"engine-llamacpp-unified-{kind}": partial(run_engine_llamacpp, weights=kind, kv_unified=True)
        for kind in LLAMACPP_WEIGHTS},
+    **{f"engine-llamacpp-nocache-{kind}": partial(run_engine_llamacpp, weights=kind, prefix_cache=False)
+       for kind in LLAMACPP_WEIGHTS},
     **{f"reference-style-llamacpp-{kind}": partial(run_reference_style_llamacpp, weights=kind)
        for kind in LLAMACPP_WEIGHTS},
 }
@@ -736,7 +756,9 @@ def llamacpp_ratios(tps: dict[str, float | None]) -> dict[str, float]:
     `engine_llamacpp_<w>_over_reference_llamacpp_<w>`: engine over thread pool on weight type w,
     for each w where both ran; `engine_llamacpp_over_reference_llamacpp` is that ratio for the
     weight type whose engine row is fastest. `engine_llamacpp_over_vllm`: the fastest
-    engine-llamacpp row (any weight type) over engine-vllm."""
+    engine-llamacpp row (any weight type) over engine-vllm. `engine_llamacpp_<w>_split_over_unified`
+    and `engine_llamacpp_<w>_cache_over_nocache`: what the per-sequence streams and the prefix
+    cache buy on weight type w."""
     engine = {kind: tps.get(f"engine-llamacpp-{kind}") for kind in LLAMACPP_WEIGHTS}
     paired = {kind: engine[kind] / tps[f"reference-style-llamacpp-{kind}"] for kind in LLAMACPP_WEIGHTS
               if engine[kind] and tps.get(f"reference-style-llamacpp-{kind}")}
@@ -750,6 +772,9 @@ def llamacpp_ratios(tps: dict[str, float | None]) -> dict[str, float]:
         if engine[kind] and tps.get(f"engine-llamacpp-unified-{kind}"):
             out[f"engine_llamacpp_{kind}_split_over_unified"] = round(
                 engine[kind] / tps[f"engine-llamacpp-unified-{kind}"], 3)
+        if engine[kind] and tps.get(f"engine-llamacpp-nocache-{kind}"):
+            out[f"engine_llamacpp_{kind}_cache_over_nocache"] = round(
+                engine[kind] / tps[f"engine-llamacpp-nocache-{kind}"], 3)
     return out
 
 

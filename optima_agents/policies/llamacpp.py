@@ -28,6 +28,10 @@ Why it is built this way:
   decode costs far more than the export saves. The merged folder is also what every other
   backend runs, so parity is measured on the same weights. (A quantized base plus a float
   adapter would also not be the weights that were trained.)
+- **Prefix reuse across turns** (`prefix_cache`, on by default): an agent's next prompt extends
+  its last prompt and reply, so the engine keeps each finished sequence's cells (in its stream, or
+  saved to host memory when streams run short) and prefills only the new tokens
+  (`llamacpp_engine` says how).
 - **Sampling in numpy** (`llamacpp_sampling.RowSampler`): per-row seeded generators, the same
   temperature / top-p rule as `HFPolicy`, and log-probs under the distribution drawn from.
 - **Vocabulary check at load**: the GGUF's vocabulary must be the tokenizer's, entry for entry;
@@ -96,6 +100,11 @@ class LlamaCppPolicy:
             `kv_unified`); each sequence gets `n_ctx / batch_size` of them unless `kv_unified`.
         kv_unified (bool, *optional*, defaults to False): one KV buffer for all sequences instead
             of one stream each (`llamacpp_engine` says why split is the default).
+        prefix_cache (bool, *optional*, defaults to True): keep each finished sequence's cells and
+            prefill only what a later prompt adds to them (an agent's next turn extends its last
+            prompt and reply); split streams only (`llamacpp_engine` says how).
+        host_cache_mib (int, *optional*, defaults to 2048): host memory for agent histories moved
+            out of their KV streams to make room, copied back when the agent speaks again.
         lora (str, *optional*): a LoRA adapter applied over the weights at run time: a GGUF LoRA
             file, or a PEFT adapter folder (converted once by `gguf_lora.export_lora_gguf`,
             cached under `<home>/gguf/lora/`). Trained models are served merged instead (see
@@ -124,6 +133,8 @@ class LlamaCppPolicy:
         n_ctx: int | None = None,
         n_batch: int = 2048,
         kv_unified: bool = False,
+        prefix_cache: bool = True,
+        host_cache_mib: int = 2048,
         lora: str | None = None,
         num_threads: int | None = None,
         chat_format: ChatFormat = DEFAULT_CHAT_FORMAT,
@@ -158,7 +169,8 @@ class LlamaCppPolicy:
         self.stop_token_ids = sorted({i for i in [self.tokenizer.eos_token_id, *generation_eos] if i is not None})
         self.lora = None if lora is None else gguf_lora_file(Path(lora), self.weights, home=home)
         self.engine = LlamaCppEngine(self.weights.path, n_seq_max=batch_size, n_ctx=n_ctx, n_batch=n_batch,
-                                     n_threads=num_threads, kv_unified=kv_unified, lora=self.lora, verbose=verbose)
+                                     n_threads=num_threads, kv_unified=kv_unified, lora=self.lora,
+                                     prefix_cache=prefix_cache, host_cache_mib=host_cache_mib, verbose=verbose)
         mismatch = vocabulary_mismatch(self.tokenizer, self.engine.n_vocab, self.engine.token_text)
         if mismatch:
             self.engine.close()
@@ -218,6 +230,7 @@ class LlamaCppPolicy:
             "parallel_sequences": self.engine.n_seq_max if self.engine else None,
             "n_ctx": self.engine.n_ctx if self.engine else None,
             "kv_unified": self.engine.kv_unified if self.engine else None,
+            "prefix_cache": self.engine.prefix_cache if self.engine else None,
             "threads": self.engine.n_threads if self.engine else None,
             "sampling": self.sampling.to_dict(),
             "chat_format": self.chat_format.to_dict(),

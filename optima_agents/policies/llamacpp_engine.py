@@ -25,6 +25,22 @@ its `examples/parallel` and the server's slots:
   stream), so a decode never runs out of room halfway.
 - **Logits only where needed.** Only each sequence's last prompt token and its generated tokens
   ask for logits, so a long prefill computes no vocabulary projection for the rest.
+- **Prefix reuse across calls** (split mode, `prefix_cache=True`). A finished sequence keeps its
+  cells, and the engine remembers which tokens they hold (its prompt and all but the last
+  generated token). A new job takes the free stream whose tokens share the longest prefix with
+  its prompt (when that is at least half the prompt; else the least recently used stream), drops
+  the cells past that prefix (`llama_memory_seq_rm`) and feeds only the rest.
+  A dialogue agent's prompt on its next turn is its previous prompt, its reply and the partner's
+  reply (`optima_agents.chat` keeps it so), so a multi-turn rollout prefills each turn's new
+  tokens only, as vLLM's prefix cache does. A rollout has a history per agent of every live
+  episode, usually more than the streams; a history that must make room is saved to host memory
+  (`llama_state_seq_get_data`, about 23 KB per token for SmolLM2-135M, a few ms for a 400-token
+  history) and copied back into a free stream when its agent speaks again, as llama.cpp's server
+  saves and restores slots; past `host_cache_mib` the least recently saved are dropped. The
+  reused cells were computed in other batches than a fresh prefill would use, so logits can
+  differ in the last bits (as with vLLM's cache); greedy replies can then part at a near-tie.
+  Unified mode clears the cache at every call: there kept cells would take room from the shared
+  budget.
 
 Choosing tokens (greedy, seeded sampling, stop rules) is the caller's: each `Job` carries a
 `choose(logits)` and a `done(generated)` function.
@@ -32,21 +48,26 @@ Choosing tokens (greedy, seeded sampling, stop rules) is the caller's: each `Job
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["CELLS_PER_SEQUENCE", "Job", "LlamaCppEngine", "UNIFIED_CELLS", "default_threads"]
+__all__ = ["CELLS_PER_SEQUENCE", "Job", "LlamaCppEngine", "UNIFIED_CELLS", "default_threads", "shared_prefix"]
 
 #: Default KV cells of one sequence's stream (split mode), and of the whole unified cache.
 CELLS_PER_SEQUENCE = 2048
 UNIFIED_CELLS = 16384
+#: The least share of a prompt that a kept stream must hold for a job to take that stream (else
+#: it takes the least recently used one); llama.cpp's server uses the same rule and value
+#: (`--slot-prompt-similarity 0.5`).
+REUSE_SIMILARITY = 0.5
 
 
 def default_threads() -> int:
@@ -55,6 +76,15 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def shared_prefix(held: np.ndarray, prompt: np.ndarray) -> int:
+    """How many leading tokens `held` and `prompt` have in common."""
+    n = min(len(held), len(prompt))
+    if n == 0:
+        return 0
+    differ = np.flatnonzero(held[:n] != prompt[:n])
+    return int(differ[0]) if len(differ) else n
 
 
 @dataclass
@@ -76,6 +106,7 @@ class Job:
     logprobs: list[float] = field(default_factory=list)
     seq: int = -1
     fed: int = 0
+    reused: int = 0
 
     @property
     def cells(self) -> int:
@@ -98,6 +129,10 @@ class LlamaCppEngine:
             stream per sequence.
         lora: a GGUF LoRA adapter file (`gguf_lora.export_lora_gguf`) applied over the model at
             scale 1 (llama.cpp frees it with the model).
+        prefix_cache: keep finished sequences' cells and reuse the longest shared prefix of a
+            new prompt (split mode only; see the module docstring).
+        host_cache_mib: host memory for histories moved out of their streams to make room (about
+            23 KB per token for SmolLM2-135M); 0: a history that must make room is dropped.
         verbose: let llama.cpp print its load and context logs to stderr.
 
     Raises:
@@ -107,7 +142,7 @@ class LlamaCppEngine:
 
     def __init__(self, path: Path, *, n_seq_max: int = 32, n_ctx: int | None = None, n_batch: int = 2048,
                  n_threads: int | None = None, kv_unified: bool = False, lora: Path | None = None,
-                 verbose: bool = False):
+                 prefix_cache: bool = True, host_cache_mib: int = 2048, verbose: bool = False):
         import llama_cpp as lc
 
         logging.getLogger("llama-cpp-python").setLevel(logging.DEBUG if verbose else logging.ERROR)
@@ -154,9 +189,19 @@ class LlamaCppEngine:
         # Freed by `close()`, or when the engine is collected, or at interpreter exit while the
         # binding still works (a `__del__` running during shutdown finds its functions gone).
         self._finalizer = weakref.finalize(self, _free, lc, self.batch, self.ctx, self.model)
-        # Counters since load: decode calls, prompt tokens fed, tokens generated, and the most
-        # sequences decoded together.
-        self.stats = {"decode_calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "peak_sequences": 0}
+        self.prefix_cache = prefix_cache and not kv_unified
+        # The tokens each stream's cells hold, position by position (empty: nothing kept).
+        self._held: list[np.ndarray] = [np.zeros(0, dtype=np.int64) for _ in range(n_seq_max)]
+        self._last_used, self._uses = [0] * n_seq_max, 0  # when each stream last finished a job
+        # Histories moved out of their streams to make room: key -> (tokens, llama.cpp state).
+        self.host_cache_bytes = host_cache_mib * 2**20 if self.prefix_cache else 0
+        self._saved: OrderedDict[int, tuple[np.ndarray, Any]] = OrderedDict()
+        self._saved_bytes, self._saves = 0, 0
+        # Counters since load: decode calls, prompt tokens fed, prompt tokens served from kept
+        # cells, tokens generated, the most sequences decoded together, and histories saved to
+        # and restored from host memory.
+        self.stats = {"decode_calls": 0, "prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0,
+                      "peak_sequences": 0, "saved_histories": 0, "restored_histories": 0}
 
     def _apply_lora(self, path: Path) -> None:
         import ctypes
@@ -193,14 +238,15 @@ class LlamaCppEngine:
                 raise ValueError(f"a job of {len(job.prompt)} prompt + {job.max_new} new tokens does not fit "
                                  f"{self.max_seq_len} cells per sequence")
         lc = self._lc
-        lc.llama_memory_clear(self.memory, True)
+        if not self.prefix_cache:
+            self.clear()
         waiting, active = deque(jobs), {}
         free_seqs = list(range(self.n_seq_max - 1, -1, -1))
         promised = 0
         while waiting or active:
             while waiting and free_seqs and promised + waiting[0].cells <= self.n_ctx:
                 job = waiting.popleft()
-                job.seq, job.fed = free_seqs.pop(), 0
+                self._admit(job, free_seqs)
                 active[job.seq] = job
                 promised += job.cells
             self.stats["peak_sequences"] = max(self.stats["peak_sequences"], len(active))
@@ -218,11 +264,111 @@ class LlamaCppEngine:
                 if logprob is not None:
                     job.logprobs.append(logprob)
                 if len(job.generated) >= job.max_new or job.done(job.generated):
-                    lc.llama_memory_seq_rm(self.memory, job.seq, -1, -1)
+                    self._release(job)
                     del active[job.seq]
                     free_seqs.append(job.seq)
                     promised -= job.cells
                     self.stats["generated_tokens"] += len(job.generated)
+
+    def clear(self) -> None:
+        """Drop every kept cell and every history saved to host memory (the next prompts are
+        prefilled whole)."""
+        self._lc.llama_memory_clear(self.memory, True)
+        self._held = [np.zeros(0, dtype=np.int64) for _ in range(self.n_seq_max)]
+        self._last_used = [0] * self.n_seq_max
+        self._saved.clear()
+        self._saved_bytes = 0
+
+    def _admit(self, job: Job, free_seqs: list[int]) -> None:
+        """Give `job` a free stream, drop that stream's cells past the prefix it shares with the
+        job's prompt, and start feeding after it (the last prompt token is always fed: its logits
+        choose the first reply token).
+
+        The history to continue is the kept stream, or the history saved to host memory, that
+        shares the longest prefix with the prompt, when that prefix is at least
+        `REUSE_SIMILARITY` of it (an agent's next turn); a saved one is copied back into the
+        least recently used free stream. Otherwise the job takes that stream empty, so a new
+        dialogue does not continue another agent's history for the few template tokens every
+        prompt starts with (the rule of llama.cpp's server slots). A stream's history that must
+        make room is saved to host memory first (`host_cache_mib`)."""
+        prompt = np.asarray(job.prompt, dtype=np.int64)
+        need = REUSE_SIMILARITY * len(prompt)
+        seq, keep = -1, 0
+        if self.prefix_cache:
+            for candidate in free_seqs:
+                shared = shared_prefix(self._held[candidate], prompt)
+                if shared > keep:
+                    seq, keep = candidate, shared
+        saved, saved_keep = self._best_saved(prompt)
+        if keep < need or saved_keep > keep:
+            history = self._take_saved(saved) if saved_keep >= need else None  # before eviction trims the budget
+            seq = min(free_seqs, key=lambda candidate: self._last_used[candidate])
+            self._evict(seq)
+            keep = saved_keep if history is not None and self._restore(history, seq) else 0
+        keep = min(keep, len(job.prompt) - 1)
+        free_seqs.remove(seq)
+        if not self._lc.llama_memory_seq_rm(self.memory, seq, keep, -1):
+            self._lc.llama_memory_seq_rm(self.memory, seq, -1, -1)  # partial removal refused: start empty
+            keep = 0
+        job.seq, job.fed, job.reused = seq, keep, keep
+        self._held[seq] = prompt[:keep]
+        self.stats["reused_tokens"] += keep
+
+    def _best_saved(self, prompt: np.ndarray) -> tuple[int, int]:
+        """The saved history sharing the longest prefix with `prompt`: (its key, that length)."""
+        best, keep = -1, 0
+        for key, (tokens, _) in self._saved.items():
+            shared = shared_prefix(tokens, prompt)
+            if shared > keep:
+                best, keep = key, shared
+        return best, keep
+
+    def _evict(self, seq: int) -> None:
+        """Empty stream `seq`, first saving the history it holds to host memory (as llama.cpp's
+        server saves a slot: `llama_state_seq_get_data`), least recently saved ones dropped past
+        the budget."""
+        lc, tokens = self._lc, self._held[seq]
+        if self.host_cache_bytes and len(tokens):
+            size = int(lc.llama_state_seq_get_size(self.ctx, seq))
+            if 0 < size <= self.host_cache_bytes:
+                buffer = (ctypes.c_uint8 * size)()
+                if lc.llama_state_seq_get_data(self.ctx, buffer, size, seq) == size:
+                    self._saves += 1
+                    self._saved[self._saves] = (tokens, buffer)
+                    self._saved_bytes += size
+                    self.stats["saved_histories"] += 1
+                    while self._saved_bytes > self.host_cache_bytes:
+                        _, (_, dropped) = self._saved.popitem(last=False)
+                        self._saved_bytes -= len(dropped)
+        lc.llama_memory_seq_rm(self.memory, seq, -1, -1)
+        self._held[seq] = np.zeros(0, dtype=np.int64)
+
+    def _take_saved(self, key: int) -> tuple[np.ndarray, Any]:
+        """Remove the saved history `key` from host memory and return it (tokens, state)."""
+        tokens, buffer = self._saved.pop(key)
+        self._saved_bytes -= len(buffer)
+        return tokens, buffer
+
+    def _restore(self, history: tuple[np.ndarray, Any], seq: int) -> bool:
+        """Copy a saved history into the empty stream `seq` (`llama_state_seq_set_data`); False,
+        with the stream left empty, when llama.cpp does not take it."""
+        tokens, buffer = history
+        if self._lc.llama_state_seq_set_data(self.ctx, buffer, len(buffer), seq) != len(buffer):
+            self._lc.llama_memory_seq_rm(self.memory, seq, -1, -1)
+            return False
+        self._held[seq] = tokens
+        self.stats["restored_histories"] += 1
+        return True
+
+    def _release(self, job: Job) -> None:
+        """Free a finished job's stream; with the prefix cache its cells stay, recorded as its
+        prompt and every generated token but the last (which was never fed)."""
+        self._uses += 1
+        self._last_used[job.seq] = self._uses
+        if self.prefix_cache:
+            self._held[job.seq] = np.asarray(job.prompt + job.generated[:-1], dtype=np.int64)
+        else:
+            self._lc.llama_memory_seq_rm(self.memory, job.seq, -1, -1)
 
     def _fill_batch(self, active: list[Job]) -> list[tuple[int, Job]]:
         """Put every generating job's last token, then prompt chunks, into the batch; return

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import re
+from collections import OrderedDict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,7 +25,7 @@ from optima_agents.models.errors import ModelNotFoundError, ModelPullError
 from optima_agents.models.gguf_export import check_config_fits, permute_qk
 from optima_agents.policies import SamplingParams, TurnRequest, backend_spec
 from optima_agents.policies.llamacpp import LlamaCppPolicy, vocabulary_mismatch
-from optima_agents.policies.llamacpp_engine import Job, LlamaCppEngine
+from optima_agents.policies.llamacpp_engine import Job, LlamaCppEngine, shared_prefix
 from optima_agents.policies.llamacpp_sampling import RowSampler
 
 HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
@@ -64,7 +65,7 @@ def logits_for(token: int, n_vocab: int = 131) -> np.ndarray:
 class ScriptedEngine:
     """Answers every job with the ids of `reply` then EOS, through the job's own choose/done."""
 
-    n_seq_max, n_ctx, n_threads, max_seq_len, kv_unified = 4, 4096, 1, 64, False
+    n_seq_max, n_ctx, n_threads, max_seq_len, kv_unified, prefix_cache = 4, 4096, 1, 64, False, True
 
     def __init__(self, reply: str):
         self.reply = [ord(c) + 3 for c in reply] + [2]
@@ -180,17 +181,73 @@ class CountingLlama:
         return ctypes.cast(row, ctypes.POINTER(ctypes.c_float))
 
 
-def fake_engine(n_seq_max: int, n_batch: int, n_ctx: int) -> tuple[LlamaCppEngine, CountingLlama]:
+class HistoryLlama(CountingLlama):
+    """A fake whose model predicts the sum of every token its sequence's cells hold (mod the
+    vocabulary), so a reply depends on the whole history: cells kept from an earlier call give
+    the same reply as a fresh prefill only if they hold exactly the right tokens."""
+
+    def __init__(self, n_vocab: int):
+        super().__init__(n_vocab)
+        self.cells: dict[int, list[int]] = {}
+        self.partial_rm = True
+
+    def llama_memory_clear(self, memory, data):
+        super().llama_memory_clear(memory, data)
+        self.cells.clear()
+
+    def llama_memory_seq_rm(self, memory, seq, p0, p1):
+        if p0 <= 0:
+            self.cells.pop(seq, None)
+            self.positions.pop(seq, None)
+            return True
+        if not self.partial_rm:
+            return False
+        self.cells[seq] = self.cells.get(seq, [])[:p0]
+        self.positions[seq] = len(self.cells[seq])
+        return True
+
+    def llama_state_seq_get_size(self, ctx, seq):
+        return 8 * len(self.cells.get(seq, []))
+
+    def llama_state_seq_get_data(self, ctx, buffer, size, seq):
+        data = np.asarray(self.cells.get(seq, []), dtype=np.int64).tobytes()
+        ctypes.memmove(buffer, data, len(data))
+        return len(data)
+
+    def llama_state_seq_set_data(self, ctx, buffer, size, seq):
+        self.cells[seq] = np.frombuffer(bytes(buffer), dtype=np.int64).tolist()
+        self.positions[seq] = len(self.cells[seq])
+        return size
+
+    def llama_decode(self, ctx, batch):
+        status = super().llama_decode(ctx, batch)
+        sums = {}
+        for i in range(batch.n_tokens):
+            seq = batch.seq_id[i][0]
+            self.cells.setdefault(seq, []).append(batch.token[i])
+            if batch.logits[i]:
+                sums[i] = sum(self.cells[seq]) % self.n_vocab
+        self.last = [(i, token - 1) for i, token in sums.items()]  # the parent adds 1 back
+        return status
+
+
+def fake_engine(n_seq_max: int, n_batch: int, n_ctx: int, lc: CountingLlama | None = None,
+                prefix_cache: bool = False, host_cache_bytes: int = 0) -> tuple[LlamaCppEngine, CountingLlama]:
     engine = object.__new__(LlamaCppEngine)
-    lc = CountingLlama(n_vocab=131)
+    lc = lc or CountingLlama(n_vocab=131)
     size = n_batch
     engine._lc, engine.ctx, engine.memory = lc, object(), object()
     engine.batch = SimpleNamespace(n_tokens=0, token=[0] * size, pos=[0] * size, n_seq_id=[0] * size,
                                    seq_id=[[0] for _ in range(size)], logits=[False] * size)
     engine.n_seq_max, engine.n_batch, engine.n_ctx, engine.n_ctx_train, engine.n_vocab = (
         n_seq_max, n_batch, n_ctx, 10_000, 131)
-    engine.n_ctx_seq, engine.kv_unified = n_ctx, True  # one pool of cells, so admission waits for room
-    engine.stats = {"decode_calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "peak_sequences": 0}
+    engine.n_ctx_seq, engine.kv_unified = n_ctx, not prefix_cache  # unified: one pool, admission waits for room
+    engine.prefix_cache = prefix_cache
+    engine._held = [np.zeros(0, dtype=np.int64) for _ in range(n_seq_max)]
+    engine._last_used, engine._uses = [0] * n_seq_max, 0
+    engine.host_cache_bytes, engine._saved, engine._saved_bytes, engine._saves = host_cache_bytes, OrderedDict(), 0, 0
+    engine.stats = {"decode_calls": 0, "prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0,
+                    "peak_sequences": 0, "saved_histories": 0, "restored_histories": 0}
     return engine, lc
 
 
@@ -238,6 +295,88 @@ class TestEngineScheduling:
             engine.run([counting_job(3, 28, max_new=5)])
 
 
+def dialogue_turns(engine: LlamaCppEngine, rounds: int) -> list[list[int]]:
+    """Three dialogues whose every prompt is the previous prompt, its reply and a new message,
+    the way an agent's chat prompt grows; returns every reply in order."""
+    prompts = [[5 + k, 9, 2 + k] for k in range(3)]
+    replies = []
+    for r in range(rounds):
+        jobs = [Job(prompt=list(p), max_new=4, choose=lambda logits: (int(np.argmax(logits)), None),
+                    done=lambda generated: False) for p in prompts]
+        engine.run(jobs)
+        replies += [job.generated for job in jobs]
+        prompts = [p + job.generated + [7, r] for p, job in zip(prompts, jobs)]
+    return replies
+
+
+class TestPrefixCache:
+    def test_kept_cells_give_the_replies_of_a_fresh_prefill(self):
+        fresh, _ = fake_engine(n_seq_max=3, n_batch=64, n_ctx=1000, lc=HistoryLlama(131))
+        cached, lc = fake_engine(n_seq_max=3, n_batch=64, n_ctx=1000, lc=HistoryLlama(131), prefix_cache=True)
+        assert dialogue_turns(cached, rounds=3) == dialogue_turns(fresh, rounds=3)
+        # Rounds 2 and 3 reuse each dialogue's prompt and all but its last reply token.
+        assert cached.stats["reused_tokens"] == 3 * (3 + 3) + 3 * (3 + 4 + 2 + 3)
+        assert cached.stats["prompt_tokens"] + cached.stats["reused_tokens"] == fresh.stats["prompt_tokens"]
+
+    def test_a_job_takes_the_stream_holding_its_prefix(self):
+        engine, lc = fake_engine(n_seq_max=4, n_batch=64, n_ctx=1000, lc=HistoryLlama(131), prefix_cache=True)
+        first = [counting_job(10 * k, 6, max_new=2) for k in range(4)]
+        engine.run(first)
+        again = counting_job(20, 6, max_new=2)  # the third job's prompt, whole
+        engine.run([again])
+        assert again.seq == first[2].seq and again.reused == 5  # its last token is fed for logits
+        assert again.generated == first[2].generated
+
+    def test_an_unrelated_prompt_drops_the_kept_cells(self):
+        engine, lc = fake_engine(n_seq_max=1, n_batch=64, n_ctx=1000, lc=HistoryLlama(131), prefix_cache=True)
+        engine.run([counting_job(3, 5, max_new=3)])
+        other = counting_job(50, 5, max_new=3)
+        engine.run([other])
+        assert other.reused == 0 and lc.cells[other.seq][:5] == other.prompt
+
+    def test_a_refused_partial_removal_falls_back_to_a_full_prefill(self):
+        fresh, _ = fake_engine(n_seq_max=3, n_batch=64, n_ctx=1000, lc=HistoryLlama(131))
+        lc = HistoryLlama(131)
+        lc.partial_rm = False
+        cached, _ = fake_engine(n_seq_max=3, n_batch=64, n_ctx=1000, lc=lc, prefix_cache=True)
+        assert dialogue_turns(cached, rounds=2) == dialogue_turns(fresh, rounds=2)
+        assert cached.stats["reused_tokens"] == 0
+
+    def test_histories_that_make_room_are_saved_and_come_back(self):
+        """Three dialogues on two streams: each turn's third dialogue evicts a history, which is
+        saved to host memory and copied back when that dialogue speaks again."""
+        fresh, _ = fake_engine(n_seq_max=2, n_batch=64, n_ctx=1000, lc=HistoryLlama(131))
+        saving, _ = fake_engine(n_seq_max=2, n_batch=64, n_ctx=1000, lc=HistoryLlama(131), prefix_cache=True,
+                                host_cache_bytes=10**6)
+        dropping, _ = fake_engine(n_seq_max=2, n_batch=64, n_ctx=1000, lc=HistoryLlama(131), prefix_cache=True)
+        replies = dialogue_turns(fresh, rounds=3)
+        assert dialogue_turns(saving, rounds=3) == replies == dialogue_turns(dropping, rounds=3)
+        assert saving.stats["restored_histories"] > 0 and saving.stats["saved_histories"] > 0
+        assert saving.stats["reused_tokens"] == 3 * (3 + 3) + 3 * (3 + 4 + 2 + 3)  # every later turn, as with room
+        assert dropping.stats["reused_tokens"] < saving.stats["reused_tokens"]
+
+    def test_the_host_budget_drops_the_least_recently_saved(self):
+        engine, lc = fake_engine(n_seq_max=1, n_batch=64, n_ctx=1000, lc=HistoryLlama(131), prefix_cache=True,
+                                 host_cache_bytes=8 * 12)  # room for one saved history of 12 tokens
+        jobs = [counting_job(10 * k, 8, max_new=5) for k in range(3)]
+        for job in jobs:
+            engine.run([job])
+        assert engine.stats["saved_histories"] == 2 and len(engine._saved) == 1  # the first was dropped
+        again = [counting_job(10 * k, 8, max_new=5) for k in (1, 0)]
+        for job in again:
+            engine.run([job])
+        assert [job.reused for job in again] == [7, 0]  # the second's history was saved, the first's dropped
+        assert [job.generated for job in again] == [jobs[1].generated, jobs[0].generated]
+        assert engine.stats["restored_histories"] == 1
+
+    def test_shared_prefix(self):
+        held = np.array([1, 2, 3, 4])
+        assert shared_prefix(held, np.array([1, 2, 9])) == 2
+        assert shared_prefix(held, np.array([1, 2, 3, 4, 5])) == 4
+        assert shared_prefix(held, np.array([1, 2])) == 2
+        assert shared_prefix(np.zeros(0, dtype=np.int64), np.array([1])) == 0
+
+
 # ---------------------------------------------------------------------------- policy (no llama.cpp)
 class TestPolicyWithoutLlamaCpp:
     def test_prompts_are_the_chat_templates_ids(self):
@@ -278,6 +417,7 @@ class TestPolicyWithoutLlamaCpp:
         assert ident["weights"] == {"type": "q8_0", "source": "converted", "file": "/m/model.q8_0.gguf"}
         assert ident["sampling"] == policy.sampling.to_dict() and ident["parallel_sequences"] == 4
         assert ident["kv_unified"] is False  # one KV stream per sequence, the default
+        assert ident["prefix_cache"] is True  # later turns reuse the kept cells (split streams)
         other = policy.with_sampling(SamplingParams(temperature=0.5))
         assert other.engine is policy.engine and other.identity()["sampling"]["temperature"] == 0.5
 
@@ -537,9 +677,17 @@ def test_plays_a_synth_hop_episode_on_the_embedded_model(embedded_model_dir, smo
         env = optima_envs.make("synth-hop-ia")
         observations, _ = env.reset(seed=0)
         first = TurnRequest(env.current_speaker, observations[env.current_speaker], seed=0)
-        assert policy.act([first])[0].prompt_tokens == len(prompt_ids(first.observation, smollm_tokenizer))
+        first_prompt = policy.act([first])[0].prompt_tokens
+        assert first_prompt == len(prompt_ids(first.observation, smollm_tokenizer))
         records = RolloutEngine("synth-hop-ia", policy, progress=False).run(3)  # 3 episodes, lock step
         assert len(records) == 3 and policy.engine.stats["peak_sequences"] == 3  # the episodes' turns ran together
+        # From each agent's second turn on, its prompt extends its last prompt and reply: those
+        # tokens come from the kept cells, and only the rest is prefilled.
+        stats = policy.engine.stats
+        prompts = first_prompt + sum(turn.prompt_tokens for record in records for turn in record.turns)
+        assert stats["prompt_tokens"] + stats["reused_tokens"] == prompts
+        assert stats["reused_tokens"] > sum(len(record.turns) - 2 for record in records) * 100
+        assert stats["restored_histories"] > 0  # 6 agent histories on 4 streams: some went to host memory and back
         for record in records:
             assert not record.infra_failure and record.turns
             assert record.policies[record.agents[0]]["backend"] == "llamacpp"

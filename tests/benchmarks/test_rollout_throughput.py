@@ -64,6 +64,14 @@ class TestLlamaCppPaths:
         assert got["engine_llamacpp_q4_1_split_over_unified"] == 1.5
         assert "engine_llamacpp_f16_split_over_unified" not in got  # no split row for f16
 
+    def test_the_prefix_cache_is_compared_with_full_prefills_on_the_same_weights(self):
+        assert expand_paths(["engine-llamacpp", "engine-llamacpp-nocache"], ["q4_1", "f16"]) == [
+            "engine-llamacpp-q4_1", "engine-llamacpp-nocache-q4_1", "engine-llamacpp-f16", "engine-llamacpp-nocache-f16"]
+        got = ratios({"engine-llamacpp-f16": path(120.0), "engine-llamacpp-nocache-f16": path(80.0),
+                      "engine-llamacpp-nocache-q4_1": path(40.0)})
+        assert got["engine_llamacpp_f16_cache_over_nocache"] == 1.5
+        assert "engine_llamacpp_q4_1_cache_over_nocache" not in got  # no cached row for q4_1
+
     def test_a_named_weight_path_and_a_repeated_family_are_kept_once(self):
         names = ["reference-style-llamacpp", "engine-llamacpp-q4_1", "reference-style-llamacpp"]
         assert expand_paths(names, ["q4_1"]) == ["reference-style-llamacpp-q4_1", "engine-llamacpp-q4_1"]
