@@ -46,10 +46,8 @@ exported from the model folder on first use); each row records the backend and t
 policy's default of 2,048 per sequence's stream, and 32,768 for the unified buffer (room for 64
 sequences of the longest prompt of this workload, a fourth turn of about 400 tokens, plus its
 reply, so admission by KV budget does not cap the batch).
-`--llamacpp-live N` caps the episodes in flight on the engine-llamacpp paths: the prefix cache
-keeps one stream per agent of each live episode, so with two agents it can serve every later turn
-only while 2 x N <= `--batch-size` (the streams); with more episodes live, their histories evict
-each other and every turn is prefilled whole.
+Every timed llama.cpp run starts with an empty prefix cache (`LlamaCppEngine.clear`), as every
+vLLM run starts with an emptied prefix cache.
 `--ref-window-ms` (50) is how long the micro-batcher waits for one more request before sending
 a batch that is not full.
 
@@ -112,7 +110,7 @@ NAME = "rollout_throughput"
 DEFAULT_PATHS = "reference-style,engine-openai,engine-vllm,engine-vllm-lockstep,vllm-raw"
 QUICK = {"episodes": 32, "repeats": 1}
 _SETTINGS = ("batch_size", "threads", "repeats", "ref_threads", "inflight", "kv_cache_gib", "enforce_eager",
-             "llamacpp_ctx", "llamacpp_live", "ref_window_ms")
+             "llamacpp_ctx", "ref_window_ms")
 
 
 @dataclass(frozen=True)
@@ -131,7 +129,6 @@ class Workload:
     kv_cache_gib: float = 4.0
     enforce_eager: bool = False
     llamacpp_ctx: int | None = None  # None: the policy's 2,048 cells per sequence; 32,768 when unified
-    llamacpp_live: int | None = None  # episodes in flight on the engine-llamacpp paths (None: all)
     ref_window_ms: float = 50.0
 
     def specs(self) -> list[Any]:
@@ -635,7 +632,7 @@ def run_engine_llamacpp(w: Workload, weights: str, *, kv_unified: bool = False,
     outside `act` (env steps, engine bookkeeping); `prompt_tokens_fed` and `prompt_tokens_reused`
     count the prompt tokens prefilled and those served from kept cells (the prefix cache)."""
     policy = llamacpp_policy(w, weights, kv_unified=kv_unified, prefix_cache=prefix_cache)
-    stats_before = dict(policy.engine.stats)
+    stats_before: dict[str, int] = {}
     calls: list[float] = []
     act = policy.act
 
@@ -661,7 +658,7 @@ def run_engine_llamacpp(w: Workload, weights: str, *, kv_unified: bool = False,
 
     policy.act = timed
     try:
-        result = run_engine(w, policy, scheduling="lock-step", max_live=w.llamacpp_live, before=before, after=after)
+        result = run_engine(w, policy, scheduling="lock-step", before=before, after=after)
     finally:
         del policy.act
     result.extra.update(llamacpp_settings(policy))
@@ -702,8 +699,12 @@ def run_reference_style_llamacpp(w: Workload, weights: str) -> PathResult:
                             smallest_batch=min(sizes, default=None), largest_batch=max(sizes, default=None),
                             window_ms=w.ref_window_ms)
 
+    def before() -> None:
+        batcher.reset_stats()
+        policy.engine.clear()  # as engine-llamacpp: no run reuses cells another run left
+
     try:
-        result = run_thread_pool(w, batcher, before=batcher.reset_stats, after=after)
+        result = run_thread_pool(w, batcher, before=before, after=after)
     finally:
         batcher.close()
     result.extra.update(llamacpp_settings(policy))

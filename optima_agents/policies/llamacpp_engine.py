@@ -190,13 +190,8 @@ class LlamaCppEngine:
         # binding still works (a `__del__` running during shutdown finds its functions gone).
         self._finalizer = weakref.finalize(self, _free, lc, self.batch, self.ctx, self.model)
         self.prefix_cache = prefix_cache and not kv_unified
-        # The tokens each stream's cells hold, position by position (empty: nothing kept).
-        self._held: list[np.ndarray] = [np.zeros(0, dtype=np.int64) for _ in range(n_seq_max)]
-        self._last_used, self._uses = [0] * n_seq_max, 0  # when each stream last finished a job
-        # Histories moved out of their streams to make room: key -> (tokens, llama.cpp state).
         self.host_cache_bytes = host_cache_mib * 2**20 if self.prefix_cache else 0
-        self._saved: OrderedDict[int, tuple[np.ndarray, Any]] = OrderedDict()
-        self._saved_bytes, self._saves = 0, 0
+        self._forget()
         # Counters since load: decode calls, prompt tokens fed, prompt tokens served from kept
         # cells, tokens generated, the most sequences decoded together, and histories saved to
         # and restored from host memory.
@@ -274,10 +269,15 @@ class LlamaCppEngine:
         """Drop every kept cell and every history saved to host memory (the next prompts are
         prefilled whole)."""
         self._lc.llama_memory_clear(self.memory, True)
-        self._held = [np.zeros(0, dtype=np.int64) for _ in range(self.n_seq_max)]
-        self._last_used = [0] * self.n_seq_max
-        self._saved.clear()
-        self._saved_bytes = 0
+        self._forget()
+
+    def _forget(self) -> None:
+        """Empty the cache's bookkeeping: what each stream holds, when it was last used, and the
+        histories saved to host memory (key -> (tokens, llama.cpp state))."""
+        self._held: list[np.ndarray] = [np.zeros(0, dtype=np.int64) for _ in range(self.n_seq_max)]
+        self._last_used, self._uses = [0] * self.n_seq_max, 0
+        self._saved: OrderedDict[int, tuple[np.ndarray, Any]] = OrderedDict()
+        self._saved_bytes, self._saves = 0, 0
 
     def _admit(self, job: Job, free_seqs: list[int]) -> None:
         """Give `job` a free stream, drop that stream's cells past the prefix it shares with the

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import re
-from collections import OrderedDict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -242,10 +241,8 @@ def fake_engine(n_seq_max: int, n_batch: int, n_ctx: int, lc: CountingLlama | No
     engine.n_seq_max, engine.n_batch, engine.n_ctx, engine.n_ctx_train, engine.n_vocab = (
         n_seq_max, n_batch, n_ctx, 10_000, 131)
     engine.n_ctx_seq, engine.kv_unified = n_ctx, not prefix_cache  # unified: one pool, admission waits for room
-    engine.prefix_cache = prefix_cache
-    engine._held = [np.zeros(0, dtype=np.int64) for _ in range(n_seq_max)]
-    engine._last_used, engine._uses = [0] * n_seq_max, 0
-    engine.host_cache_bytes, engine._saved, engine._saved_bytes, engine._saves = host_cache_bytes, OrderedDict(), 0, 0
+    engine.prefix_cache, engine.host_cache_bytes = prefix_cache, host_cache_bytes
+    engine._forget()
     engine.stats = {"decode_calls": 0, "prompt_tokens": 0, "reused_tokens": 0, "generated_tokens": 0,
                     "peak_sequences": 0, "saved_histories": 0, "restored_histories": 0}
     return engine, lc
