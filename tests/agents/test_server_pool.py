@@ -13,6 +13,7 @@ server: the split a pool of replicas gets from `OpenAIPolicy` is the router's do
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -273,6 +274,31 @@ class TestCommands:
         assert all(r.server.env["CUDA_VISIBLE_DEVICES"] == "3" and r.gpus == () for r in pool.replicas)
 
 
+@contextlib.contextmanager
+def busy_port_after_a_free_one(tries: int = 50):
+    """Hold a listening port whose predecessor is free, so replica 1 (not replica 0) is the busy one.
+
+    An ephemeral port's predecessor may belong to another process on a shared machine; such ports are
+    skipped rather than letting the pool report replica 0."""
+    for _ in range(tries):
+        busy = socket.socket()
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port - 1))
+            except OSError:
+                busy.close()
+                continue
+        try:
+            yield port
+        finally:
+            busy.close()
+        return
+    raise RuntimeError(f"no free port below a busy one in {tries} tries")
+
+
 class TestLifecycle:
     def test_replicas_start_together_and_stop_with_their_children(self, model_dir, tmp_path):
         pool = ReplicaPool(config(model_dir, tmp_path, replicas=3), server_factory=FakeFactory(FAKE_START_S="2"))
@@ -314,10 +340,7 @@ class TestLifecycle:
         assert all(gone(r.pid) for r in pool.replicas)
 
     def test_a_port_in_use_is_refused_before_anything_starts(self, model_dir, tmp_path):
-        with socket.socket() as busy:
-            busy.bind(("127.0.0.1", 0))
-            busy.listen()
-            port = busy.getsockname()[1]
+        with busy_port_after_a_free_one() as port:
             pool = ReplicaPool(config(model_dir, tmp_path, port_base=port - 1), server_factory=FakeFactory())
             with pytest.raises(ServerStartError, match=re.escape(
                     f"port {port} on 127.0.0.1 (replica 1 of 2) is not free (Address already in use); choose another "
