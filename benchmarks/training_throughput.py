@@ -16,8 +16,10 @@ decide its speed on a CPU, each a word in a variant's name:
   backward pass; `bf16-weights` loads the frozen base in bf16 once (PEFT keeps the LoRA adapters
   in float32, and autocast runs their products in bf16), which only a LoRA run can do. bf16 is
   fast where the CPU has bf16 instructions (AMX, AVX512-BF16) and emulated and slow elsewhere;
-- **dropout 0**: LoRA dropout off (the default is 0.05). On a CPU every dropout draws a random
-  mask per LoRA input, and torch's CPU generator makes that a fifth of the step;
+- **fast-dropout** (`optima_train.fast_dropout`): LoRA dropout 0.05 with its masks drawn four
+  elements per random integer; torch's `nn.Dropout` draws one per element on a CPU (its
+  vectorised generator is used on Intel processors only), which makes the masks a fifth of the step;
+- **dropout 0**: LoRA dropout off (the default is 0.05), the bound a faster mask could reach;
 - **checkpointing**: gradient checkpointing on. TRL's `SFTConfig` turns it on by default;
   Optima's `train.gradient_checkpointing` is off unless a config asks (its GPU configs do), so
   every variant without the word sets it off, as Optima's training does.
@@ -55,7 +57,7 @@ from benchmarks._results import RESULTS, invocation, write_report, write_result 
 
 DTYPES = ("float32", "bf16", "bf16-weights")
 LAYOUTS = ("padded", "padding-free")
-FLAGS = ("labelled-only", "segmented", "dropout 0", "checkpointing")
+FLAGS = ("labelled-only", "segmented", "fast-dropout", "dropout 0", "checkpointing")
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,13 @@ class Variant:
     segmented: bool = False
     dropout: float = 0.05
     checkpointing: bool = False
+    fast_dropout: bool = False
 
     @property
     def name(self) -> str:
         words = [self.dtype, LAYOUTS[self.padding_free], "labelled-only" * self.labelled_only,
-                 "segmented" * self.segmented, "dropout 0" * (self.dropout == 0), "checkpointing" * self.checkpointing]
+                 "segmented" * self.segmented, "fast-dropout" * self.fast_dropout, "dropout 0" * (self.dropout == 0),
+                 "checkpointing" * self.checkpointing]
         return " ".join(w for w in words if w)
 
     @classmethod
@@ -92,20 +96,24 @@ class Variant:
         if flags:
             raise ValueError(f"variant {name!r}: {flags!r} is not one of {list(FLAGS)} (in that order)")
         variant = cls(dtype, layout == "padding-free", "labelled-only" in found, "segmented" in found,
-                      0.0 if "dropout 0" in found else 0.05, "checkpointing" in found)
+                      0.0 if "dropout 0" in found else 0.05, "checkpointing" in found, "fast-dropout" in found)
         if variant.segmented and not variant.padding_free:
             raise ValueError(f"variant {name!r}: segmented attention needs padding-free rows")
+        if variant.fast_dropout and variant.dropout == 0:
+            raise ValueError(f"variant {name!r}: fast-dropout and dropout 0 exclude each other")
         return variant
 
 
 # What `optima train` runs on a CPU with native bf16 (LoRA, `train.bf16: auto`, the default
-# `train.frozen_base_dtype` and `train.padding_free`, LoRA dropout 0.05), and what it ran before the
-# labelled-only head, per-sequence attention and bf16 base weights.
-OPTIMA_PATH = "bf16-weights padding-free labelled-only segmented"
+# `train.frozen_base_dtype` and `train.padding_free`, LoRA dropout 0.05 with its masks drawn by
+# `FastDropout`), and what it ran before the labelled-only head, per-sequence attention, bf16 base
+# weights and the faster masks.
+OPTIMA_PATH = "bf16-weights padding-free labelled-only segmented fast-dropout"
 EARLIER_PATH = "bf16 padding-free"
 DEFAULT_VARIANTS = ("float32 padded", "bf16 padded", "bf16 padding-free checkpointing", "bf16 padding-free",
                     "bf16 padding-free labelled-only", "bf16 padding-free labelled-only segmented",
                     "bf16-weights padding-free labelled-only segmented",
+                    "bf16-weights padding-free labelled-only segmented fast-dropout",
                     "bf16-weights padding-free labelled-only segmented dropout 0")
 
 
@@ -138,13 +146,14 @@ def synthetic_rows(tokenizer: Any, count: int, seed: int) -> list[dict[str, list
 def run_variant(model_path: Path, rows: list[dict[str, list[int]]], variant: Variant, *, steps: int, batch_size: int,
                 seed: int) -> dict[str, Any]:
     """Train `steps + 1` steps; returns seconds for the last `steps`, real tokens in them, and the
-    first step's loss."""
+    first and last steps' losses."""
     import datasets
     import torch
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
+    from optima_train.fast_dropout import use_fast_dropout
     from optima_train.lm_head import labelled_positions_only
     from optima_train.segmented_attention import use_segmented_attention
     from optima_train.trl_glue import keep_residual_float32
@@ -175,13 +184,16 @@ def run_variant(model_path: Path, rows: list[dict[str, list[int]]], variant: Var
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=variant.dropout, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=lora,
                          callbacks=[StepClock()])
+    if variant.fast_dropout:
+        assert use_fast_dropout(trainer.model) > 0, "no LoRA dropout to replace"
     with labelled_positions_only() if variant.labelled_only else contextlib.nullcontext():
         trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     # TRL's cumulative `num_tokens` counts real tokens (attention mask, or the packed row's length).
     tokens = logs[-1]["num_tokens"] - logs[0]["num_tokens"]
     seconds = marks[-1] - marks[0]
-    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "first_loss": logs[0]["loss"]}
+    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "first_loss": logs[0]["loss"],
+            "last_loss": logs[-1]["loss"]}
 
 
 def main() -> None:
@@ -237,11 +249,13 @@ def main() -> None:
             key = variant.name
             out = run_variant(model_path, rows, variant, steps=args.steps, batch_size=args.batch_size, seed=args.seed)
             results.setdefault(key, []).append(out)
-            print(f"repeat {rep}: {key}: {out['tokens_per_s']:.0f} tokens/s, first loss {out['first_loss']:.4f}", flush=True)
+            print(f"repeat {rep}: {key}: {out['tokens_per_s']:.0f} tokens/s, first loss {out['first_loss']:.4f}, "
+                  f"last loss {out['last_loss']:.4f}", flush=True)
 
     summary = {key: {"tokens_per_s_median": statistics.median(r["tokens_per_s"] for r in runs),
                      "tokens_per_s": [r["tokens_per_s"] for r in runs],
-                     "first_loss": runs[0]["first_loss"]} for key, runs in results.items()}
+                     "first_loss": runs[0]["first_loss"], "last_loss": runs[0]["last_loss"]}
+               for key, runs in results.items()}
     base_key = next(iter(summary))
     base = summary[base_key]["tokens_per_s_median"]
     reference = summary.get(args.reference, {}).get("tokens_per_s_median")
@@ -250,15 +264,15 @@ def main() -> None:
              f"Made by: `{command}`. Model {args.model}; {source}; batch {args.batch_size}, {args.steps} timed steps "
              f"after a warm-up step, median of {args.repeats}; CPU capability `{torch.backends.cpu.get_cpu_capability()}`, "
              f"{torch.get_num_threads()} torch threads. `{OPTIMA_PATH}` is what `optima train` runs on a CPU with "
-             f"native bf16; `{EARLIER_PATH}` what it ran before the labelled-only head, per-sequence attention and "
-             "bf16 base weights.", "",
+             f"native bf16; `{EARLIER_PATH}` what it ran before the labelled-only head, per-sequence attention, "
+             "bf16 base weights and the faster dropout masks.", "",
              f"| variant | tokens/s (median) | vs {base_key} |" + (f" vs {args.reference} |" if reference else "")
-             + " first-step loss |", "|---|---|---|" + ("---|" if reference else "") + "---|"]
+             + " first-step loss | last-step loss |", "|---|---|---|" + ("---|" if reference else "") + "---|---|"]
     for key, s in summary.items():
         median = s["tokens_per_s_median"]
         name = f"**{key}** (Optima)" if key == OPTIMA_PATH else key
         lines.append(f"| {name} | {median:.0f} | {median / base:.2f}x |" + (f" {median / reference:.2f}x |" if reference else "")
-                     + f" {s['first_loss']:.4f} |")
+                     + f" {s['first_loss']:.4f} | {s['last_loss']:.4f} |")
     text = "\n".join(lines) + "\n"
     write_report(RESULTS / f"{args.name}.md", text)
     write_result(args.name, {"command": command, "model": args.model, "source": source, "steps": args.steps,

@@ -41,6 +41,8 @@ def run_step(spec: Mapping[str, Any]) -> None:
     import datasets
     from transformers import set_seed
 
+    from optima_train.fast_dropout import use_fast_dropout
+
     folder = Path(spec["folder"])
     # The arguments first: under DeepSpeed ZeRO-3 they switch on zero.Init, so the weights load
     # already partitioned instead of whole on every rank.
@@ -61,6 +63,8 @@ def run_step(spec: Mapping[str, Any]) -> None:
     try:
         trainer = _resolve(spec["trainer"])(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                                             peft_config=peft_config, callbacks=callbacks, **spec["trainer_kwargs"])
+        if args.use_cpu and lora and lora.get("fast_dropout", True):
+            use_fast_dropout(trainer.model)  # torch draws CPU dropout masks one element at a time
         trainable = count_trainable(trainer.model)
         with labelled_positions_only():  # the LM head skips prompt rows on a CPU
             output = trainer.train()

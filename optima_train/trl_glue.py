@@ -90,6 +90,8 @@ def train_with(trainer_cls: Any, args_cls: Any, cfg: Any, init: str, folder: Pat
     from transformers import set_seed
     from transformers.integrations import TensorBoardCallback
 
+    from optima_train.fast_dropout import use_fast_dropout
+
     set_seed(seed)  # the LoRA initialisation draws from torch's global RNG
     tokenizer, model = load_for_training(init, base_dtype(cfg))
     peft_config = lora_config(cfg)
@@ -98,6 +100,8 @@ def train_with(trainer_cls: Any, args_cls: Any, cfg: Any, init: str, folder: Pat
     try:
         trainer = trainer_cls(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                               peft_config=peft_config, callbacks=[TensorBoardCallback(writer)], **trainer_kwargs)
+        if args.use_cpu and cfg.lora.enabled and cfg.lora.fast_dropout:
+            use_fast_dropout(trainer.model)  # torch draws CPU dropout masks one element at a time
         trainable = count_trainable(trainer.model)
         with labelled_positions_only():  # the LM head skips prompt rows on a CPU
             output = trainer.train()

@@ -154,6 +154,9 @@ class LoraSection:
     r: int = field(default=16, metadata=_help("LoRA rank."))
     alpha: int = field(default=32, metadata=_help("LoRA alpha."))
     dropout: float = field(default=0.05, metadata=_help("LoRA dropout."))
+    fast_dropout: bool = field(default=True, metadata=_help(
+        "On a CPU, draw LoRA dropout masks with optima_train.fast_dropout (four elements per random number, "
+        "the probability rounded to 1/65536); false: torch's nn.Dropout, one draw per element."))
     target_modules: list[str] = field(default_factory=lambda: ["all-linear"], metadata=_help(
         "Modules to adapt (PEFT names; 'all-linear' for every linear layer but the head)."))
 
