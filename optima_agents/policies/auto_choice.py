@@ -29,7 +29,7 @@ class Candidate:
     Args:
         backend: a registered backend name ("hf", "vllm", "llamacpp").
         runs_in: what the weights run in: the dtype for hf and vllm ("float32", "bfloat16"), the
-            GGUF weight type for llamacpp ("f32", "f16", "q8_0", "q4_1").
+            GGUF weight type for llamacpp ("f32", "f16", "bf16", "q8_0", "q4_1").
         weights: the llamacpp `weights` option (the weight type), None for the other backends.
     """
 

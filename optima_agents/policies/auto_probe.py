@@ -87,7 +87,7 @@ def installed_candidates(model_path: str | Path, dtype: str) -> list[Candidate]:
     if installed("vllm"):
         out.append(Candidate("vllm", dtype))
     if installed("llama_cpp") and Path(model_path).is_dir():
-        types = ["f32", "f16", "q8_0"] + (["q4_1"] if default_weight_type(model_path) == "q4_1" else [])
+        types = ["f32", "f16", "bf16", "q8_0"] + (["q4_1"] if default_weight_type(model_path) == "q4_1" else [])
         out += [Candidate("llamacpp", t, weights=t) for t in types]
     return out
 

@@ -181,7 +181,7 @@ class TestCandidates:
         assert found[0] == Candidate("hf", "bfloat16")
         if importlib.util.find_spec("llama_cpp") is not None:  # a folder that is no registry base: no shipped q4_1
             assert [c.label for c in found if c.backend == "llamacpp"] == ["llamacpp f32", "llamacpp f16",
-                                                                            "llamacpp q8_0"]
+                                                                            "llamacpp bf16", "llamacpp q8_0"]
 
     def test_probe_settings_are_checked(self):
         with pytest.raises(ValueError, match=re.escape("ProbeSettings.sequences must be a positive int, got 0")):

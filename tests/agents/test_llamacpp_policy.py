@@ -556,6 +556,16 @@ class TestGGUFExport:
         assert types["blk.0.ffn_up.weight"] == "Q8_0" and types["blk.0.attn_norm.weight"] == "F32"
         assert q8.fields["general.file_type"].contents() == 7
 
+        bf16 = gguf.GGUFReader(export_gguf(folder, tmp_path / "m.bf16.gguf", "bf16", template=template))
+        types = {t.name: t.tensor_type.name for t in bf16.tensors}
+        assert types["blk.0.ffn_up.weight"] == "BF16" and types["blk.0.attn_norm.weight"] == "F32"
+        assert bf16.fields["general.file_type"].contents() == 32
+        up = next(t for t in bf16.tensors if t.name == "blk.0.ffn_up.weight")
+        # bf16 is the top half of float32: widening it back gives the weights to bf16 rounding
+        widened = (np.array(up.data).view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(
+            state["model.layers.0.mlp.up_proj.weight"].shape)
+        np.testing.assert_allclose(widened, state["model.layers.0.mlp.up_proj.weight"], rtol=2**-8)
+
     def test_a_trained_folder_is_exported_into_itself_and_refreshed(self, tiny_llama, monkeypatch):
         """A folder without a manifest (a training checkpoint) keeps its exports in `gguf/`; new
         weights in the folder make a new export and remove the old one."""
@@ -580,7 +590,7 @@ class TestGGUFExport:
     def test_weight_type_errors(self, tmp_path):
         from optima_agents.models.gguf_store import gguf_weights
 
-        message = "weights must be one of ('auto', 'q4_1', 'shipped', 'f32', 'f16', 'q8_0') or a path to a .gguf file"
+        message = "weights must be one of ('auto', 'q4_1', 'shipped', 'f32', 'f16', 'bf16', 'q8_0') or a path to a .gguf file"
         with pytest.raises(ValueError, match=re.escape(f"{message}, got 'int4'")):
             gguf_weights(tmp_path, "int4")
         with pytest.raises(ModelNotFoundError, match=re.escape("weights='/nowhere/m.gguf': no such GGUF file")):

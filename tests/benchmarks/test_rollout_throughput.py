@@ -105,7 +105,7 @@ class TestLlamaCppPaths:
     def test_an_unknown_weight_type_fails_before_anything_runs(self, capsys):
         with pytest.raises(SystemExit):
             main(["--backends", "engine-llamacpp", "--llamacpp-weights", "q4_1,q5_k"])
-        assert "--llamacpp-weights 'q4_1,q5_k': choose from ['q4_1', 'q8_0', 'f16', 'f32']" in capsys.readouterr().err
+        assert "--llamacpp-weights 'q4_1,q5_k': choose from ['q4_1', 'q8_0', 'bf16', 'f16', 'f32']" in capsys.readouterr().err
 
 
 def test_ceiling_share_counts_decode_and_uncached_prefill_at_the_measured_rates(monkeypatch):
