@@ -44,6 +44,9 @@ class FastDropout(nn.Module):
         super().__init__()
         if not 0 <= p < 1:
             raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        if rounded_probability(p) == 1:
+            raise ValueError(f"dropout probability {p} rounds to 1 on FastDropout's 1/65536 grid; use at most "
+                             f"{1 - 1 / _LEVELS}")
         self.p = p
         self._threshold = _INT16_MIN + round(p * _LEVELS)
         self._scale = 1.0 / (1.0 - rounded_probability(p))

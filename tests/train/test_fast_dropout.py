@@ -70,6 +70,9 @@ def test_gradients_pass_through_the_kept_elements_only():
 def test_a_probability_outside_the_unit_interval_is_refused():
     with pytest.raises(ValueError, match=r"dropout probability must be in \[0, 1\), got 1.0"):
         FastDropout(1.0)
+    with pytest.raises(ValueError, match=r"dropout probability 0.999999 rounds to 1 on FastDropout's 1/65536 grid"):
+        FastDropout(0.999999)
+    assert FastDropout(1 - 1 / 65536).train()(torch.ones(8)).shape == (8,)
 
 
 def _peft_model(tiny, dropout: float):
