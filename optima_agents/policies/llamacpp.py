@@ -56,8 +56,8 @@ Columns: `PARITY_OBSERVATIONS` x 24 tokens, then 16 synth-hop-ia first turns x 4
 A trained model (the shipped referential adapter merged into the base, exported on load) against
 its own fp32 reference on the probe prompts: F16 and Q8_0 both 0.000 on 8 of 8.
 
-BF16 was measured later, on the probe prompts only (the same build; 6 of 8 identical to
-llama.cpp's F32 greedy output, the two others departing at near-ties): it rounds the weights to 8
+BF16 is measured on the probe prompts only (the same build; 6 of 8 identical to llama.cpp's
+F32 greedy output, the two others departing at near-ties): it rounds the weights to 8
 mantissa bits, as the bf16 runs of the other backends do.
 
 Every type passes the check's 0.75-nat tolerance; Q8_0 with the least margin. Why the order is
