@@ -103,6 +103,7 @@ from benchmarks._results import RESULTS, invocation, machine, write_report, writ
 from benchmarks.machine_ceiling import (  # noqa: E402
     ceiling_rates, same_cpu_ceiling, uncached_prefill_tokens, workload_ceiling_s)
 from optima_agents.models.dtypes import resolve_dtype_here  # noqa: E402
+from optima_agents.models.gguf_export import CONVERTED_TYPES  # noqa: E402
 
 NAME = "rollout_throughput"
 
@@ -575,8 +576,9 @@ def run_thread_pool(w: Workload, act_one: Callable[[Any], Any], *, before: Calla
 
 
 # ---------------------------------------------------------------------- llama.cpp paths
-#: Weight types the llama.cpp paths run (`--llamacpp-weights`): each is its own result row.
-LLAMACPP_WEIGHTS = ("q4_1", "q8_0", "bf16", "f16", "f32")
+#: Weight types the llama.cpp paths run (`--llamacpp-weights`): each is its own result row. The
+#: shipped Q4_1 and every type `gguf_export` writes, smallest first.
+LLAMACPP_WEIGHTS = ("q4_1", *reversed(CONVERTED_TYPES))
 #: Path families that `--llamacpp-weights` expands into one path per weight type.
 LLAMACPP_FAMILIES = ("engine-llamacpp", "engine-llamacpp-unified", "engine-llamacpp-nocache", "reference-style-llamacpp")
 #: KV cells of the unified buffer when `--llamacpp-ctx` is not given.

@@ -73,9 +73,10 @@ where `options` are the common options (dtype, batch_size, device) the chosen po
 
 def installed_candidates(model_path: str | Path, dtype: str) -> list[Candidate]:
     """The local backends installed here, least lossy first: hf and vllm in `dtype`, llamacpp in
-    each GGUF weight type the model has (F32, F16 and Q8_0 exported from its folder, and the
-    shipped Q4_1 for a registry base model). Not openai (it needs a server) nor backends from
+    each GGUF weight type the model has (every type `gguf_export` writes from its folder, F32, F16,
+    BF16 and Q8_0, and the shipped Q4_1 for a registry base model). Not openai (it needs a server) nor backends from
     other packages (nothing says how to probe them)."""
+    from optima_agents.models.gguf_export import CONVERTED_TYPES
     from optima_agents.models.gguf_store import default_weight_type
 
     def installed(*modules: str) -> bool:
@@ -87,7 +88,7 @@ def installed_candidates(model_path: str | Path, dtype: str) -> list[Candidate]:
     if installed("vllm"):
         out.append(Candidate("vllm", dtype))
     if installed("llama_cpp") and Path(model_path).is_dir():
-        types = ["f32", "f16", "bf16", "q8_0"] + (["q4_1"] if default_weight_type(model_path) == "q4_1" else [])
+        types = [*CONVERTED_TYPES] + (["q4_1"] if default_weight_type(model_path) == "q4_1" else [])
         out += [Candidate("llamacpp", t, weights=t) for t in types]
     return out
 
