@@ -5,7 +5,10 @@ the same overrides, in its own run directory, on the interpreter running this sc
 report takes each step's seconds from its `DONE.json` (generation, scoring, selection,
 training) and gives the iteration without evaluation and, for every later ref, the ratio to the
 first ref per step; the target is judged on the last ref. The loops always evaluate their last
-iteration, so evaluation runs on one held-out dialogue and is left out of the sum.
+iteration, so evaluation runs on one held-out dialogue and is left out of the sum. Where
+`benchmarks/results/machine_ceiling.json` was measured on this CPU kind, each ref's generation,
+scoring and training are also set against the fewest seconds this machine allows for the work the
+run did (`step_ceilings`), so the report shows how far the target is from the hardware.
 
     python benchmarks/iteration_time.py                        # BEFORE against HEAD
     python benchmarks/iteration_time.py --refs abc123,def456,HEAD --set model.dtype=float32
@@ -34,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
+from benchmarks.machine_ceiling import (  # noqa: E402
+    ModelShapes, ceiling_rates, generation_ceiling, same_cpu_ceiling, scoring_flops, training_flops)
 from optima_train.run_dir import ISFT_STEPS, RunDir  # noqa: E402
 
 NAME = "iteration_time"
@@ -44,6 +49,8 @@ BEFORE = "42aece1"
 STEPS = tuple(step for step in ISFT_STEPS if step != "evaluation")  # the iteration the target is about
 #: The iteration (without evaluation) at most this fraction of the before time.
 TARGET_RATIO = 0.5
+#: The readability scorer's default `max_length`: longer utterances are scored on their start.
+SCORER_MAX_LENGTH = 512
 WORK = ROOT / "runs" / NAME
 
 
@@ -58,6 +65,57 @@ def breakdown(run_dir: Path) -> dict[str, Any]:
     seconds = {step: info[step]["seconds"] for step in STEPS}
     return {"seconds": seconds, "total_s": round(sum(seconds.values()), 3),
             "episodes": info["generation"].get("episodes"), "generated_tokens": info["generation"].get("generated_tokens")}
+
+
+def step_ceilings(run_dir: Path, ceiling: Mapping[str, Any]) -> dict[str, Any]:
+    """The fewest seconds each model-bound step of iteration 0 could take on this machine, from the
+    work the run did (its config, sampled episodes and training rows) at the measured matmul rates
+    of the machine's fastest dtype (`machine_ceiling.json`):
+
+    - generation: every generated token decoded, every prompt token a perfect prefix cache could not
+      serve prefilled (`machine_ceiling.generation_ceiling`);
+    - scoring: a forward pass over each distinct utterance once, after the readability scorer's
+      generation prompt, truncated as the scorer truncates, the LM head only where a token is scored;
+    - training: the LoRA (or full) training FLOPs of every row of `sft.parquet`, cut to
+      `train.max_length`, once per epoch (`machine_ceiling.training_flops`).
+
+    Selection runs no model and gets none."""
+    import datasets
+    import yaml
+    from transformers import AutoTokenizer
+
+    from optima_agents.chat import encode_text
+    from optima_agents.models import resolve_model
+    from optima_train.rewards import ReadabilityScorer
+    from optima_train.sampled_dialogues import load_records
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    run = RunDir(run_dir)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(config["model"]["name"]))
+    shapes = ModelShapes(**ceiling["shapes"])
+    _, prefill_rate, dtype = ceiling_rates(ceiling, "fastest")
+    generated = run.done_info(0, "generation").get("generated_tokens")
+    records = load_records(run.step_dir(0, "generation") / "episodes")
+    generation = generation_ceiling(records, tokenizer, dict(ceiling), dtype, decode_tokens=generated)
+
+    prefix = len(ReadabilityScorer._prefix_ids(tokenizer))
+    texts = dict.fromkeys(t.text for r in records for t in r.turns)
+    scored = [min(len(encode_text(tokenizer, text)), SCORER_MAX_LENGTH) for text in texts]
+    scoring_s = scoring_flops(shapes, [(prefix, n) for n in scored if n]) / (prefill_rate * 1e9)
+
+    train = config["train"]
+    rows = datasets.Dataset.from_parquet(str(run.step_dir(0, "selection") / "sft.parquet"))
+    masks = [mask[: train["max_length"]] for mask in rows["assistant_masks"]]
+    epochs = float(train["num_train_epochs"])
+    tokens, labelled = round(sum(map(len, masks)) * epochs), round(sum(map(sum, masks)) * epochs)
+    rank = config["lora"]["r"] if config["lora"]["enabled"] else None
+    training_s = training_flops(shapes, tokens, labelled, rank) / (prefill_rate * 1e9)
+    return {"seconds": {"generation": round(generation["ceiling_s"], 1), "scoring": round(scoring_s, 1),
+                        "training": round(training_s, 1)},
+            "dtype": dtype, "cpu_kind": ceiling["cpu_kind"], "decode_tokens": generation["decode_tokens"],
+            "prefill_tokens": generation["prefill_tokens"], "prompt_tokens": generation["prompt_tokens"],
+            "scored_texts": sum(1 for n in scored if n), "scored_tokens": sum(scored) + prefix * sum(1 for n in scored if n),
+            "trained_tokens": tokens, "labelled_tokens": labelled}
 
 
 def ratios(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, float]:
@@ -103,22 +161,64 @@ def markdown(payload: Mapping[str, Any], command: str) -> str:
             continue
         lines.append(f"- `{run['ref']}`: 1-minute load average {run['load_before']:.1f} at its start; "
                      f"wall time {run['wall_s'] / 60:.1f} min with the one-dialogue evaluation and engine starts.")
+    lines += ceiling_lines(payload["runs"], first)
     return "\n".join(lines) + "\n"
+
+
+def ceiling_lines(runs: Sequence[Mapping[str, Any]], first: Mapping[str, Any]) -> list[str]:
+    """Each ref's steps against the fewest seconds the machine allows for that ref's own work
+    (`step_ceilings`), and the iteration's: how far the target sits from the hardware. Nothing
+    for runs recorded without a ceiling (none measured on their CPU kind)."""
+    measured = [run for run in runs if run.get("ceiling")]
+    if not measured:
+        return []
+    head = "| step | " + " | ".join(f"{run['ref']}: fewest seconds, share reached" for run in measured) + " |"
+    lines = ["", "## Against the machine's ceiling", "", head, "|---" * (1 + len(measured)) + "|"]
+    for step in ("generation", "scoring", "training"):
+        cells = [f"{run['ceiling']['seconds'][step]:.0f} s, {run['ceiling']['seconds'][step] / run['seconds'][step]:.0%}"
+                 for run in measured]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    totals = [sum(run["ceiling"]["seconds"].values()) for run in measured]
+    lines.append("| **iteration** | " + " | ".join(f"**{t:.0f} s, {t / run['total_s']:.0%}**"
+                                                    for t, run in zip(totals, measured)) + " |")
+    last = measured[-1]
+    c = last["ceiling"]
+    target_s = TARGET_RATIO * first["total_s"]
+    lines += ["", f"Fewest seconds: this machine's measured matmul rates in {c['dtype']} ({c['cpu_kind']}, "
+              "`machine_ceiling.json`) applied to each run's own work, linear-layer FLOPs only. Generation: "
+              f"{c['decode_tokens']} generated tokens at the 64-row rate and {c['prefill_tokens']} of "
+              f"{c['prompt_tokens']} prompt tokens that a perfect prefix cache could not serve at the 1,024-row rate "
+              f"(the step's time includes the engine start). Scoring: {c['scored_texts']} distinct utterances, "
+              f"{c['scored_tokens']} tokens with the scorer's prompt, one forward pass, the LM head only where a "
+              f"token is scored. Training: {c['trained_tokens']} tokens ({c['labelled_tokens']} with loss) over "
+              "the epochs, a forward and an input-gradient product per frozen layer, the LoRA adapters' three "
+              "products, the LM head only at positions with loss.", "",
+              f"The target, {target_s:.0f} s for `{last['ref']}`, asks for {sum(c['seconds'].values()) / target_s:.0%} "
+              f"of this machine's ceiling over the whole iteration; `{last['ref']}` reaches "
+              f"{sum(c['seconds'].values()) / last['total_s']:.0%}."]
+    return lines
 
 
 def git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def run_ref(ref: str, config: str, overrides: Sequence[str], work: Path) -> dict[str, Any]:
+def run_ref(ref: str, config: str, overrides: Sequence[str], work: Path,
+            ceiling: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Iteration 0 of `config` at `ref`, in a worktree of its own under `work`; resumed if its run
-    dir exists."""
+    dir exists. With `ceiling` (a `machine_ceiling.json` payload of this CPU kind) the record also
+    holds the steps' fewest seconds (`step_ceilings`)."""
     commit = git("rev-parse", f"{ref}^{{commit}}")
     tree, run_dir, timing = work / commit / "tree", work / commit / "run", work / commit / "timing.json"
+
+    def read_back(measured: Mapping[str, Any]) -> dict[str, Any]:
+        record = {"ref": ref, "commit": commit, **measured, **breakdown(run_dir)}
+        return {**record, "ceiling": step_ceilings(run_dir, ceiling)} if ceiling else record
+
     if timing.exists():  # finished by an earlier invocation: its figures, not a rerun's
-        return {"ref": ref, "commit": commit, **json.loads(timing.read_text()), **breakdown(run_dir)}
+        return read_back(json.loads(timing.read_text()))
     if all(RunDir(run_dir).is_done(0, step) for step in STEPS):  # finished, timing not kept: a rerun would time nothing
-        return {"ref": ref, "commit": commit, "load_before": None, "wall_s": None, **breakdown(run_dir)}
+        return read_back({"load_before": None, "wall_s": None})
     if tree.exists():  # left by a killed run
         git("worktree", "remove", "--force", str(tree))
     git("worktree", "add", "--detach", str(tree), commit)
@@ -135,9 +235,8 @@ def run_ref(ref: str, config: str, overrides: Sequence[str], work: Path) -> dict
     finally:  # the run dir is what resumes; the checkout is only the code
         git("worktree", "remove", "--force", str(tree))
     measured = {"load_before": load, "wall_s": round(time.perf_counter() - start, 1)}
-    result = {"ref": ref, "commit": commit, **measured, **breakdown(run_dir)}
     timing.write_text(json.dumps(measured) + "\n")
-    return result
+    return read_back(measured)
 
 
 def cpu() -> dict[str, Any]:
@@ -166,7 +265,11 @@ def main() -> None:
     refs = args.refs.split(",")
     if len(refs) < 2:
         parser.error(f"--refs takes at least two refs, the before first; got {args.refs!r}")
-    runs = [run_ref(ref, args.config, args.overrides, WORK / args.name) for ref in refs]
+    ceiling = same_cpu_ceiling()
+    if ceiling is None:
+        print("no benchmarks/results/machine_ceiling.json for this CPU kind: run benchmarks/machine_ceiling.py "
+              "first for each step's share of the ceiling", flush=True)
+    runs = [run_ref(ref, args.config, args.overrides, WORK / args.name, ceiling) for ref in refs]
     payload = {"command": command, "config": args.config, "overrides": args.overrides, "cpu": cpu(), "runs": runs,
                "ratios": [ratios(runs[0], run) for run in runs[1:]]}
     write_result(args.name, payload)

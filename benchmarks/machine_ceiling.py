@@ -71,7 +71,39 @@ class ModelShapes:
     def forward_flops_per_token(self) -> float:
         """Multiply-adds of the linear layers for one token, times 2 (attention scores over the
         context are left out: at these context lengths they are a few percent)."""
-        return sum(2.0 * i * o * self.layer_count(n) for n, (i, o) in self.linears().items())
+        return self.decoder_flops_per_token() + self.head_flops_per_token()
+
+    def decoder_flops_per_token(self) -> float:
+        """The forward FLOPs of the decoder blocks' linear layers for one token (no LM head)."""
+        return sum(2.0 * i * o * self.layers for n, (i, o) in self.linears().items() if n != "lm_head")
+
+    def head_flops_per_token(self) -> float:
+        """The forward FLOPs of the LM head for one position."""
+        return 2.0 * self.hidden * self.vocab
+
+    def adapter_flops_per_token(self, rank: int) -> float:
+        """The forward FLOPs of rank-`rank` LoRA adapters on every decoder linear layer, one token."""
+        return sum(2.0 * rank * (i + o) * self.layers for n, (i, o) in self.linears().items() if n != "lm_head")
+
+
+def training_flops(shapes: ModelShapes, tokens: int, labelled: int, lora_rank: int | None) -> float:
+    """The fewest FLOPs of training steps over `tokens` tokens of which `labelled` carry loss.
+
+    Every decoder linear layer runs its forward product and the product that passes the gradient
+    to its input; a full fine-tune (`lora_rank` None) also forms its weight gradient, a frozen
+    LoRA base does not. Adapters run all three products. The LM head (untrained by LoRA) is needed
+    only at the labelled positions: forward and input gradient. Attention over the context is
+    left out, as in `forward_flops_per_token`."""
+    base = shapes.decoder_flops_per_token() * (2 if lora_rank else 3) * tokens
+    adapters = 3 * shapes.adapter_flops_per_token(lora_rank) * tokens if lora_rank else 0.0
+    return base + adapters + shapes.head_flops_per_token() * 2 * labelled
+
+
+def scoring_flops(shapes: ModelShapes, sequences: Sequence[tuple[int, int]]) -> float:
+    """The fewest forward FLOPs of scoring texts by their token NLL: for each `(context, scored)`
+    pair, the decoder over all `context + scored` tokens and the LM head only at the `scored`
+    positions whose next token is predicted."""
+    return sum(shapes.decoder_flops_per_token() * (c + n) + shapes.head_flops_per_token() * n for c, n in sequences)
 
 
 def native_bf16(kind: str) -> bool:
@@ -152,6 +184,36 @@ def uncached_prefill_tokens(sequences: Sequence[tuple[Sequence[int], Sequence[in
         for token in (*prompt, *reply):
             node = node.setdefault(token, {})
     return total
+
+
+def turn_prompts(records: Sequence[Any], tokenizer: Any) -> list[list[int]]:
+    """The prompt ids each turn of `records` was generated from (the policies' chat formatting)."""
+    from optima_agents.chat import prompt_ids
+
+    prompts = []
+    for record in records:
+        for turn in record.turns:
+            view = {"agent": turn.speaker, "system_prompt": record.system_prompts[record.agents.index(turn.speaker)],
+                    "transcript": tuple({"speaker": t.speaker, "text": t.text} for t in record.turns[: turn.turn])}
+            prompts.append(prompt_ids(view, tokenizer))
+    return prompts
+
+
+def generation_ceiling(records: Sequence[Any], tokenizer: Any, payload: dict[str, Any], dtype: str, *,
+                       decode_tokens: int | None = None) -> dict[str, Any]:
+    """The fewest seconds generating `records` (episode records) can take on this machine: every
+    generated token decoded at the 64-row rate, every prompt token a perfect prefix cache could not
+    serve prefilled at the 1,024-row rate, in `dtype` (or the fastest measured one,
+    `ceiling_rates`). `decode_tokens`: the backend's own count of generated tokens, where it kept
+    one (the replies' ids are the cleaned text re-encoded)."""
+    prompts = turn_prompts(records, tokenizer)
+    replies = [t.token_ids for r in records for t in r.turns]
+    prefill = uncached_prefill_tokens(list(zip(prompts, replies)))
+    decode = sum(len(reply) for reply in replies) if decode_tokens is None else decode_tokens
+    decode_rate, prefill_rate, rate_dtype = ceiling_rates(payload, dtype)
+    seconds = workload_ceiling_s(payload["forward_gflop_per_token"] * 1e9, decode, prefill, decode_rate, prefill_rate)
+    return {"ceiling_s": seconds, "decode_tokens": decode, "prefill_tokens": prefill,
+            "prompt_tokens": sum(map(len, prompts)), "dtype": rate_dtype}
 
 
 def ceiling_rates(payload: dict[str, Any], dtype: str) -> tuple[float, float, str]:

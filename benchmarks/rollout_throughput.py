@@ -100,8 +100,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
-from benchmarks.machine_ceiling import (  # noqa: E402
-    ceiling_rates, same_cpu_ceiling, uncached_prefill_tokens, workload_ceiling_s)
+from benchmarks.machine_ceiling import generation_ceiling, same_cpu_ceiling, turn_prompts  # noqa: E402
 from optima_agents.models.dtypes import resolve_dtype_here  # noqa: E402
 from optima_agents.models.gguf_export import CONVERTED_TYPES  # noqa: E402
 
@@ -418,19 +417,6 @@ def run_vllm_raw(w: Workload) -> PathResult:
     result.extra["engine_over_raw"] = {n: round(_RESULTS[n].tokens_per_s / raw, 3) if raw else None
                                        for n in ("engine-vllm", "engine-vllm-lockstep") if n in _RESULTS}
     return result
-
-
-def turn_prompts(records: list[Any], tokenizer: Any) -> list[list[int]]:
-    """The prompt ids each turn of `records` was generated from (same chat formatting as the policies)."""
-    from optima_agents.chat import prompt_ids
-
-    prompts = []
-    for record in records:
-        for turn in record.turns:
-            view = {"agent": turn.speaker, "system_prompt": record.system_prompts[record.agents.index(turn.speaker)],
-                    "transcript": tuple({"speaker": t.speaker, "text": t.text} for t in record.turns[: turn.turn])}
-            prompts.append(prompt_ids(view, tokenizer))
-    return prompts
 
 
 # ---------------------------------------------------------------------- server paths
@@ -791,21 +777,16 @@ TARGETS = (("engine-vllm tokens/s", None, 600.0),
 
 
 def ceiling_share(result: PathResult, w: Workload, tokenizer: Any, ceiling: dict[str, Any]) -> dict[str, Any]:
-    """The path's workload against the machine: its FLOPs (linear layers; every generated token
-    decoded, every prompt token a perfect prefix cache could not serve prefilled) at the measured
-    matmul rates (`machine_ceiling.json`: decode at 64 rows, prefill at 1,024, in the path's dtype
-    or the fastest measured one) give the fewest seconds the workload can take; `ceiling_share`
-    is that over the path's wall time."""
-    prompts = turn_prompts(result.records, tokenizer)
-    replies = [t.token_ids for r in result.records for t in r.turns]
-    prefill = uncached_prefill_tokens(list(zip(prompts, replies)))
+    """The path's workload against the machine (`machine_ceiling.generation_ceiling`: every
+    generated token decoded, every prompt token a perfect prefix cache could not serve prefilled,
+    in the path's dtype or, for llama.cpp, the fastest measured one); `ceiling_share` is its
+    fewest seconds over the path's wall time."""
     dtype = "fastest" if result.extra.get("backend") == "llamacpp" else w.dtype
-    decode_rate, prefill_rate, rate_dtype = ceiling_rates(ceiling, dtype)
-    seconds = workload_ceiling_s(ceiling["forward_gflop_per_token"] * 1e9, result.generated_tokens, prefill,
-                                 decode_rate, prefill_rate)
+    fewest = generation_ceiling(result.records, tokenizer, ceiling, dtype, decode_tokens=result.generated_tokens)
+    seconds = fewest["ceiling_s"]
     return {"ceiling_s": round(seconds, 2), "ceiling_share": round(seconds / result.wall_s, 3) if result.wall_s else None,
-            "ceiling_prefill_tokens": prefill, "ceiling_prompt_tokens": sum(map(len, prompts)),
-            "ceiling_dtype": rate_dtype, "ceiling_cpu": ceiling["cpu_kind"]}
+            "ceiling_prefill_tokens": fewest["prefill_tokens"], "ceiling_prompt_tokens": fewest["prompt_tokens"],
+            "ceiling_dtype": fewest["dtype"], "ceiling_cpu": ceiling["cpu_kind"]}
 
 
 def markdown(payload: dict[str, Any], *, command: str) -> str:

@@ -35,6 +35,10 @@ The loss of the first step is recorded too: every variant must agree within bf16
     python benchmarks/training_throughput.py --quick          # 1 repeat, few steps
     python benchmarks/training_throughput.py --dtypes float32 # a CPU without native bf16
 
+Where `benchmarks/results/machine_ceiling.json` was measured on this CPU kind, every variant is
+also set against the most tokens/s the machine's matmul rates allow for LoRA training on these
+rows (`training_ceiling`). `--render` rewrites a report from its saved record.
+
 Writes `benchmarks/results/training_throughput.json` and `.md`.
 """
 
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import random
 import statistics
 import sys
@@ -58,6 +63,7 @@ from benchmarks._results import RESULTS, invocation, write_report, write_result 
 DTYPES = ("float32", "bf16", "bf16-weights")
 LAYOUTS = ("padded", "padding-free")
 FLAGS = ("labelled-only", "segmented", "fast-dropout", "dropout 0", "checkpointing")
+LORA_RANK = 16
 
 
 @dataclass(frozen=True)
@@ -181,7 +187,7 @@ def run_variant(model_path: Path, rows: list[dict[str, list[int]]], variant: Var
     # TRL enforces no max_length on padding-free batches without packing: the rows must fit already
     assert all(len(r["input_ids"]) <= 1024 for r in rows), "rows longer than 1024 tokens"
     dataset = datasets.Dataset.from_list(rows)
-    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=variant.dropout, target_modules="all-linear", task_type="CAUSAL_LM")
+    lora = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=variant.dropout, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=lora,
                          callbacks=[StepClock()])
     if variant.fast_dropout:
@@ -214,7 +220,12 @@ def main() -> None:
                         help="a second variant every row is compared with (default: the iSFT path before the "
                              "labelled-only head, per-sequence attention and bf16 base weights)")
     parser.add_argument("--name", default="training_throughput")
+    parser.add_argument("--render", action="store_true",
+                        help="only rewrite the .md of --name from its saved .json (adding the ceiling of its rows)")
     args = parser.parse_args()
+    if args.render:
+        render(args.name, args.model)
+        return
     if args.quick:
         args.repeats, args.steps = 1, 3
 
@@ -256,31 +267,94 @@ def main() -> None:
                      "tokens_per_s": [r["tokens_per_s"] for r in runs],
                      "first_loss": runs[0]["first_loss"], "last_loss": runs[0]["last_loss"]}
                for key, runs in results.items()}
+    reference = args.reference if args.reference in summary and args.reference != next(iter(summary)) else None
+    payload = {"command": invocation("training_throughput.py"), "model": args.model, "source": source,
+               "steps": args.steps, "batch_size": args.batch_size, "repeats": args.repeats, "seed": args.seed,
+               "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads(),
+               "optima_path": OPTIMA_PATH, "reference": reference, "variants": summary,
+               "ceiling": training_ceiling(rows, model_path)}
+    publish(args.name, payload)
+
+
+def training_ceiling(rows: list[dict[str, list[int]]], model_path: Path, lora_rank: int = LORA_RANK) -> dict[str, Any] | None:
+    """The most tokens/s this machine's measured matmul rates allow for LoRA training on `rows`
+    (`machine_ceiling.training_flops` per token at their labelled share, at the fastest measured
+    dtype's 1,024-row rate), or None without a `machine_ceiling.json` of this CPU kind."""
+    import json
+
+    from benchmarks.machine_ceiling import ModelShapes, ceiling_rates, same_cpu_ceiling, training_flops
+
+    ceiling = same_cpu_ceiling()
+    if ceiling is None:
+        return None
+    shapes = ModelShapes.from_config(json.loads((Path(model_path) / "config.json").read_text()))
+    tokens = sum(len(r["input_ids"]) for r in rows)
+    labelled = sum(sum(r["assistant_masks"]) for r in rows)
+    _, rate, dtype = ceiling_rates(ceiling, "fastest")
+    per_token = training_flops(shapes, tokens, labelled, lora_rank) / tokens
+    return {"tokens_per_s": rate * 1e9 / per_token, "dtype": dtype, "cpu_kind": ceiling["cpu_kind"],
+            "labelled_share": labelled / tokens, "lora_rank": lora_rank}
+
+
+def markdown(payload: dict[str, Any]) -> str:
+    """The variants' table (each against the first variant, the reference one and the ceiling) from
+    the written record."""
+    summary, reference, ceiling = payload["variants"], payload.get("reference"), payload.get("ceiling")
     base_key = next(iter(summary))
     base = summary[base_key]["tokens_per_s_median"]
-    reference = summary.get(args.reference, {}).get("tokens_per_s_median")
-    command = invocation("training_throughput.py")
+    ref_rate = summary[reference]["tokens_per_s_median"] if reference else None
     lines = ["# SFT training throughput (LoRA r=16, all-linear)", "",
-             f"Made by: `{command}`. Model {args.model}; {source}; batch {args.batch_size}, {args.steps} timed steps "
-             f"after a warm-up step, median of {args.repeats}; CPU capability `{torch.backends.cpu.get_cpu_capability()}`, "
-             f"{torch.get_num_threads()} torch threads. `{OPTIMA_PATH}` is what `optima train` runs on a CPU with "
-             f"native bf16; `{EARLIER_PATH}` what it ran before the labelled-only head, per-sequence attention, "
-             "bf16 base weights and the faster dropout masks.", "",
-             f"| variant | tokens/s (median) | vs {base_key} |" + (f" vs {args.reference} |" if reference else "")
-             + " first-step loss | last-step loss |", "|---|---|---|" + ("---|" if reference else "") + "---|---|"]
+             f"Made by: `{payload['command']}`. Model {payload['model']}; {payload['source']}; batch "
+             f"{payload['batch_size']}, {payload['steps']} timed steps after a warm-up step, median of "
+             f"{payload['repeats']}; CPU capability `{payload['cpu_capability']}`, {payload['torch_threads']} torch "
+             f"threads. `{payload['optima_path']}` is what `optima train` runs on a CPU with native bf16; "
+             f"`{EARLIER_PATH}` what it ran before the labelled-only head, per-sequence attention, bf16 base weights "
+             "and the faster dropout masks.", "",
+             f"| variant | tokens/s (median) | vs {base_key} |" + (f" vs {reference} |" if reference else "")
+             + (" share of ceiling |" if ceiling else "") + " first-step loss | last-step loss |",
+             "|---|---|---|" + ("---|" if reference else "") + ("---|" if ceiling else "") + "---|---|"]
     for key, s in summary.items():
         median = s["tokens_per_s_median"]
-        name = f"**{key}** (Optima)" if key == OPTIMA_PATH else key
-        lines.append(f"| {name} | {median:.0f} | {median / base:.2f}x |" + (f" {median / reference:.2f}x |" if reference else "")
+        name = f"**{key}** (Optima)" if key == payload["optima_path"] else key
+        lines.append(f"| {name} | {median:.0f} | {median / base:.2f}x |"
+                     + (f" {median / ref_rate:.2f}x |" if reference else "")
+                     + (f" {median / ceiling['tokens_per_s']:.0%} |" if ceiling else "")
                      + f" {s['first_loss']:.4f} | {s['last_loss']:.4f} |")
-    text = "\n".join(lines) + "\n"
-    write_report(RESULTS / f"{args.name}.md", text)
-    write_result(args.name, {"command": command, "model": args.model, "source": source, "steps": args.steps,
-                             "batch_size": args.batch_size, "repeats": args.repeats,
-                             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-                             "torch_threads": torch.get_num_threads(), "optima_path": OPTIMA_PATH,
-                             "reference": args.reference if reference else None, "variants": summary})
-    print(text)
+    if ceiling:
+        lines += ["", f"Share of ceiling: tokens/s over the most this machine's measured matmul rates allow "
+                  f"({ceiling['tokens_per_s']:.0f} tokens/s: {ceiling['dtype']} at the 1,024-row rate, "
+                  f"{ceiling['cpu_kind']}, `machine_ceiling.json`) for LoRA r={ceiling['lora_rank']} training on these "
+                  f"rows ({ceiling['labelled_share']:.0%} of their tokens labelled): a forward and an input-gradient "
+                  "product per frozen linear layer, the adapters' three products, the LM head only at labelled "
+                  "positions; attention over the context left out."]
+    return "\n".join(lines) + "\n"
+
+
+def publish(name: str, payload: dict[str, Any]) -> None:
+    write_report(RESULTS / f"{name}.md", markdown(payload))
+    write_result(name, payload)
+    print((RESULTS / f"{name}.md").read_text())
+
+
+def render(name: str, model: str) -> None:
+    """Rewrite `name`'s report from its record, adding the ceiling of the rows it trained on (the
+    same `--data` rows drawn with the same seed) when the record has none. The record keeps the
+    date and machine it was measured on."""
+    import datasets
+
+    from optima_agents.models import resolve_model
+
+    payload = json.loads((RESULTS / f"{name}.json").read_text())  # keeps its own date and machine
+    if payload.get("reference") == next(iter(payload["variants"])):
+        payload["reference"] = None
+    if payload.get("ceiling") is None:
+        model_path = resolve_model(payload.get("model", model))
+        count = payload["batch_size"] * (payload["steps"] + 1)
+        table = datasets.Dataset.from_parquet(payload["source"]).select_columns(["input_ids", "assistant_masks"])
+        seed = payload.setdefault("seed", 0)
+        rows = [table[i] for i in random.Random(seed).sample(range(len(table)), min(count, len(table)))]
+        payload["ceiling"] = training_ceiling(rows, model_path)
+    publish(name, payload)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ import pytest
 
 from benchmarks.iteration_time import breakdown, git, markdown, ratios, run_ref
 
+SMOLLM2_135M = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,
+                "num_key_value_heads": 3, "num_hidden_layers": 30, "vocab_size": 49152}
+
 
 def fake_run(root: Path, seconds: dict[str, float], tokens: int = 8000) -> Path:
     for step, s in seconds.items():
@@ -89,3 +92,67 @@ def test_a_finished_ref_without_recorded_timing_is_read_back_without_a_wall_time
     assert (result["wall_s"], result["load_before"], result["total_s"]) == (None, None, 1001.0)
     assert not (tmp_path / commit / "tree").exists()
 
+
+
+@pytest.mark.model
+def test_step_ceilings_price_the_work_the_run_did(tmp_path, embedded_model_dir, smollm_tokenizer):
+    import datasets
+    import yaml
+
+    from benchmarks.iteration_time import step_ceilings
+    from benchmarks.machine_ceiling import ModelShapes, generation_ceiling, scoring_flops, training_flops
+    from optima_agents.chat import encode_text
+    from optima_agents.policies import ScriptedPolicy
+    from optima_agents.rollout import EpisodeSpec, rollout
+    from optima_train.buffers import write_episodes
+
+    records = rollout("synth-hop-ia", ScriptedPolicy(lambda o: "I know: " + " ".join(o["evidence"]) if o["turn"] < 2
+                                                     else "<A>Kelo</A>"),
+                      [EpisodeSpec(seed=0, index=0), EpisodeSpec(seed=1, index=1)], env_kwargs={"max_turns": 3},
+                      progress=False)
+    run = tmp_path / "run"
+    write_episodes(run / "iter_000" / "generation" / "episodes", records, metadata={"writer": "test"})
+    (run / "iter_000" / "generation" / "DONE.json").write_text(json.dumps({"seconds": 10.0, "generated_tokens": 40}))
+    (run / "iter_000" / "selection").mkdir(parents=True)
+    rows = [{"input_ids": [5] * 10, "assistant_masks": [0] * 6 + [1] * 4},
+            {"input_ids": [5] * 900, "assistant_masks": [0] * 700 + [1] * 200}]
+    datasets.Dataset.from_list(rows).to_parquet(str(run / "iter_000" / "selection" / "sft.parquet"))
+    (run / "config.yaml").write_text(yaml.safe_dump({"model": {"name": str(embedded_model_dir)},
+                                                     "train": {"max_length": 768, "num_train_epochs": 2.0},
+                                                     "lora": {"enabled": True, "r": 16}}))
+    shapes = ModelShapes.from_config(SMOLLM2_135M)
+    rate = 0.01  # GFLOP/s: slow enough that every step's seconds are far above the 0.1 s rounding
+    ceiling = {"shapes": vars(shapes), "forward_gflop_per_token": shapes.forward_flops_per_token() / 1e9,
+               "cpu_kind": "AVX2", "dtypes": ["float32"], "results": {"float32": {"forward": {"64": rate, "1024": rate}}}}
+
+    out = step_ceilings(run, ceiling)
+    # training: the long row is cut to 768 tokens (68 of them labelled), two epochs
+    assert (out["trained_tokens"], out["labelled_tokens"]) == (2 * (10 + 768), 2 * (4 + 68))
+    assert out["seconds"]["training"] == round(training_flops(shapes, 1556, 144, 16) / (rate * 1e9), 1)
+    # scoring: each distinct utterance once, after the scorer's generation prompt (ChatML: 4 tokens)
+    texts = dict.fromkeys(t.text for r in records for t in r.turns)
+    lengths = [len(encode_text(smollm_tokenizer, text)) for text in texts]
+    assert out["scored_texts"] == len(texts) < sum(len(r.turns) for r in records)  # "<A>Kelo</A>" repeats
+    assert out["seconds"]["scoring"] == round(scoring_flops(shapes, [(4, n) for n in lengths]) / (rate * 1e9), 1)
+    # generation: the backend's own count of generated tokens, the uncached prompt tokens
+    expected = generation_ceiling(records, smollm_tokenizer, ceiling, "float32", decode_tokens=40)
+    assert out["decode_tokens"] == 40 and out["seconds"]["generation"] == round(expected["ceiling_s"], 1)
+    assert 0 < out["prefill_tokens"] < out["prompt_tokens"]  # the second turn reuses the first prompt
+
+
+def test_the_report_sets_each_step_against_its_ceiling(tmp_path):
+    before = record("42aece1", "a" * 40, breakdown(fake_run(tmp_path / "a", steps(600, 100, 1, 300))))
+    after = record("HEAD", "c" * 40, breakdown(fake_run(tmp_path / "c", steps(300, 80, 1, 120))))
+    ceiling = {"seconds": {"generation": 120.0, "scoring": 40.0, "training": 30.0}, "dtype": "bfloat16",
+               "cpu_kind": "AVX512-BF16", "decode_tokens": 8000, "prefill_tokens": 9000, "prompt_tokens": 30000,
+               "scored_texts": 1600, "scored_tokens": 70000, "trained_tokens": 33000, "labelled_tokens": 8000}
+    payload = {"config": "c.yaml", "overrides": [], "runs": [before, {**after, "ceiling": ceiling}],
+               "machine": {"cpus": 2}, "cpu": {"cpu_capability": "AVX512", "native_bf16": True}}
+    text = markdown(payload, command="x")
+    assert "| step | HEAD: fewest seconds, share reached |" in text  # the before ref was recorded without one
+    assert "| generation | 120 s, 40% |" in text and "| training | 30 s, 25% |" in text
+    assert "| **iteration** | **190 s, 38% |" not in text and "| **iteration** | **190 s, 38%** |" in text
+    # the target is 0.5 x 1001 s = 500 s, so it asks for 190/500 of the ceiling
+    assert "The target, 500 s for `HEAD`, asks for 38% of this machine's ceiling" in text
+    assert "9000 of 30000 prompt tokens" in text
+    assert "Against the machine's ceiling" not in markdown({**payload, "runs": [before, after]}, command="x")

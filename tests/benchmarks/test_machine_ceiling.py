@@ -66,3 +66,28 @@ def test_ceiling_rates_fall_back_to_the_fastest_measured_dtype():
                            "bfloat16": {"forward": {"64": 330.0, "1024": 380.0}}}}
     assert ceiling_rates(payload, "float32") == (150.0, 180.0, "float32")
     assert ceiling_rates(payload, "fastest") == (330.0, 380.0, "bfloat16")
+
+
+def test_lora_training_costs_two_passes_of_the_frozen_base_and_the_head_only_where_there_is_loss():
+    from benchmarks.machine_ceiling import training_flops
+
+    shapes = ModelShapes.from_config(SMOLLM2_135M)
+    decoder, head = 2 * 30 * 3_538_944, 2 * 576 * 49152
+    # rank-16 adapters on q, k, v, o, gate, up, down: 162,816 weights per layer, three products each
+    adapters = 3 * 2 * 16 * (1152 + 768 + 768 + 1152 + 3 * 2112) * 30
+    assert shapes.adapter_flops_per_token(16) * 3 == adapters
+    assert training_flops(shapes, tokens=100, labelled=10, lora_rank=16) == pytest.approx(
+        100 * (2 * decoder + adapters) + 10 * 2 * head)
+    # a full fine-tune also forms every weight gradient, and has no adapters
+    assert training_flops(shapes, tokens=100, labelled=10, lora_rank=None) == pytest.approx(
+        100 * 3 * decoder + 10 * 2 * head)
+
+
+def test_scoring_runs_the_decoder_over_the_context_and_the_head_only_at_scored_tokens():
+    from benchmarks.machine_ceiling import scoring_flops
+
+    shapes = ModelShapes.from_config(SMOLLM2_135M)
+    decoder, head = shapes.decoder_flops_per_token(), shapes.head_flops_per_token()
+    assert decoder + head == shapes.forward_flops_per_token()
+    assert scoring_flops(shapes, [(3, 10), (3, 1)]) == pytest.approx(17 * decoder + 11 * head)
+    assert scoring_flops(shapes, []) == 0

@@ -111,11 +111,12 @@ class TestLlamaCppPaths:
 def test_ceiling_share_counts_decode_and_uncached_prefill_at_the_measured_rates(monkeypatch):
     from types import SimpleNamespace
 
+    from benchmarks import machine_ceiling
     from benchmarks import rollout_throughput as rt
 
     turns = [SimpleNamespace(token_ids=(7, 8)), SimpleNamespace(token_ids=(9,))]
     records = [SimpleNamespace(turns=turns)]
-    monkeypatch.setattr(rt, "turn_prompts", lambda records, tokenizer: [[1, 2, 3], [1, 2, 3, 7, 8, 4]])
+    monkeypatch.setattr(machine_ceiling, "turn_prompts", lambda records, tokenizer: [[1, 2, 3], [1, 2, 3, 7, 8, 4]])
     ceiling = {"forward_gflop_per_token": 0.5, "cpu_kind": "AVX2", "dtypes": ["float32"],
                "results": {"float32": {"forward": {"64": 100.0, "1024": 200.0}}}}
     result = rt.PathResult(wall_s=1.0, generated_tokens=3, turns=2, episodes=1, backend_calls=2, mean_score=0.0,
