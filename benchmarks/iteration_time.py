@@ -49,8 +49,6 @@ BEFORE = "42aece1"
 STEPS = tuple(step for step in ISFT_STEPS if step != "evaluation")  # the iteration the target is about
 #: The iteration (without evaluation) at most this fraction of the before time.
 TARGET_RATIO = 0.5
-#: The readability scorer's default `max_length`: longer utterances are scored on their start.
-SCORER_MAX_LENGTH = 512
 WORK = ROOT / "runs" / NAME
 
 
@@ -86,7 +84,7 @@ def step_ceilings(run_dir: Path, ceiling: Mapping[str, Any]) -> dict[str, Any]:
 
     from optima_agents.chat import encode_text
     from optima_agents.models import resolve_model
-    from optima_train.rewards import ReadabilityScorer
+    from optima_train.rewards.readability import MAX_LENGTH, scoring_prefix_ids
     from optima_train.sampled_dialogues import load_records
 
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -98,9 +96,9 @@ def step_ceilings(run_dir: Path, ceiling: Mapping[str, Any]) -> dict[str, Any]:
     records = load_records(run.step_dir(0, "generation") / "episodes")
     generation = generation_ceiling(records, tokenizer, dict(ceiling), dtype, decode_tokens=generated)
 
-    prefix = len(ReadabilityScorer._prefix_ids(tokenizer))
+    prefix = len(scoring_prefix_ids(tokenizer))
     texts = dict.fromkeys(t.text for r in records for t in r.turns)
-    scored = [min(len(encode_text(tokenizer, text)), SCORER_MAX_LENGTH) for text in texts]
+    scored = [min(len(encode_text(tokenizer, text)), MAX_LENGTH) for text in texts]
     scoring_s = scoring_flops(shapes, [(prefix, n) for n in scored if n]) / (prefill_rate * 1e9)
 
     train = config["train"]

@@ -260,8 +260,9 @@ def report(payload: dict[str, Any]) -> str:
              f"Command: `{payload['command']}`", "",
              f"CPU: {kind}, {payload['threads']} threads, torch {payload['torch']}. Model shapes: hidden "
              f"{shapes['hidden']}, intermediate {shapes['intermediate']}, {shapes['layers']} layers, vocabulary "
-             f"{shapes['vocab']}: {per_token:.3f} GFLOP per token of forward pass (linear layers), about 3x that "
-             f"per trained token (forward and backward). Median of {payload['repeats']} timings.", "",
+             f"{shapes['vocab']}: {per_token:.3f} GFLOP per token of forward pass (linear layers), about 2x that "
+             "per token of LoRA training (the forward and input-gradient products of the frozen layers) and 3x "
+             f"for a full fine-tune (the weight gradients too). Median of {payload['repeats']} timings.", "",
              "## Whole forward pass (GFLOP/s, the layers weighted by their FLOPs) and the token rate it allows", "",
              "| dtype | rows | GFLOP/s | forward tokens/s at that rate |", "|---|---|---|---|"]
     for dtype in payload["dtypes"]:

@@ -31,7 +31,26 @@ from typing import Any, Sequence
 
 from optima_envs.rewards.turn_loss import TurnLossFn, max_turn_loss
 
-__all__ = ["ReadabilityScorer", "TurnLossFn", "max_turn_loss"]
+__all__ = ["MAX_LENGTH", "ReadabilityScorer", "TurnLossFn", "max_turn_loss", "scoring_prefix_ids"]
+
+
+#: Utterances longer than this many tokens are scored on their start (`ReadabilityScorer(max_length=)`).
+MAX_LENGTH = 512
+
+
+def scoring_prefix_ids(tokenizer: Any) -> list[int]:
+    """The ids every utterance is scored after: the chat template's generation prompt, else BOS,
+    else EOS, else none (see the module doc)."""
+    if getattr(tokenizer, "chat_template", None):
+        probe = [{"role": "user", "content": "x"}]
+        plain = tokenizer.apply_chat_template(probe, tokenize=False)
+        prompted = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+        if prompted.startswith(plain) and len(prompted) > len(plain):
+            return list(tokenizer.encode(prompted[len(plain):], add_special_tokens=False))
+    for token_id in (tokenizer.bos_token_id, tokenizer.eos_token_id):
+        if token_id is not None:
+            return [int(token_id)]
+    return []
 
 
 class _DiskCache:
@@ -82,7 +101,7 @@ class ReadabilityScorer:
     """
 
     def __init__(self, model: Any, tokenizer: Any = None, *, dtype: str = "auto", max_batch_tokens: int = 4096,
-                 max_length: int = 512, cache_size: int = 200_000, cache_path: str | Path | None = None,
+                 max_length: int = MAX_LENGTH, cache_size: int = 200_000, cache_path: str | Path | None = None,
                  model_key: str | None = None, device: str = "cpu"):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -112,7 +131,7 @@ class ReadabilityScorer:
         self.model, self.tokenizer = model, tokenizer
         self.max_batch_tokens, self.max_length = max_batch_tokens, max_length
         self.model_key = model_key or getattr(model, "name_or_path", "") or type(model).__name__
-        self.prefix_ids = self._prefix_ids(tokenizer)
+        self.prefix_ids = scoring_prefix_ids(tokenizer)
         self._lru: OrderedDict[str, float | None] = OrderedDict()
         self._cache_size = cache_size
         self._disk = _DiskCache(Path(cache_path)) if cache_path else None
@@ -170,19 +189,6 @@ class ReadabilityScorer:
             self._lru.popitem(last=False)
 
     # ------------------------------------------------------------------ model
-    @staticmethod
-    def _prefix_ids(tokenizer: Any) -> list[int]:
-        if getattr(tokenizer, "chat_template", None):
-            probe = [{"role": "user", "content": "x"}]
-            plain = tokenizer.apply_chat_template(probe, tokenize=False)
-            prompted = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
-            if prompted.startswith(plain) and len(prompted) > len(plain):
-                return list(tokenizer.encode(prompted[len(plain):], add_special_tokens=False))
-        for token_id in (tokenizer.bos_token_id, tokenizer.eos_token_id):
-            if token_id is not None:
-                return [int(token_id)]
-        return []
-
     def _compute(self, texts: list[str]) -> list[float | None]:
         import torch
 
