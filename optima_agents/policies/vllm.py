@@ -64,7 +64,7 @@ from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, pr
 from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, request_row_seed
 from optima_agents.policies.logprobs import align_logprobs, sampled_logprobs
 from optima_agents.policies.vllm_driver import StepDriver
-from optima_agents.vllm_cpu_env import engine_env_defaults
+from optima_agents.vllm_cpu_env import CPU_BLOCK_SIZE, engine_env_defaults
 
 __all__ = ["VLLMPolicy"]
 
@@ -145,6 +145,7 @@ class VLLMPolicy:
             # a per-request seed gets a partial (chunked) prefill, i.e. whenever a seeded batch's
             # prompts exceed the 4096-token step budget. Whole-prompt prefill avoids it.
             options.setdefault("enable_chunked_prefill", False)
+            options.setdefault("block_size", CPU_BLOCK_SIZE)  # finer prefix-cache reuse (vllm_cpu_env)
         options.setdefault("logprobs_mode", "processed_logprobs")
         self.engine_options = {"dtype": dtype, "enforce_eager": enforce_eager, "seed": seed, **options}
         with _env(engine_env_defaults(compiled=True) if self.on_cpu else {}):

