@@ -89,8 +89,9 @@ def step_ceilings(run_dir: Path, ceiling: Mapping[str, Any]) -> dict[str, Any]:
 
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     run = RunDir(run_dir)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(config["model"]["name"]))
-    shapes = ModelShapes(**ceiling["shapes"])
+    model_path = resolve_model(config["model"]["name"])
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    shapes = ModelShapes.from_folder(model_path)
     _, prefill_rate, dtype = ceiling_rates(ceiling, "fastest")
     generated = run.done_info(0, "generation").get("generated_tokens")
     records = load_records(run.step_dir(0, "generation") / "episodes")
@@ -98,8 +99,8 @@ def step_ceilings(run_dir: Path, ceiling: Mapping[str, Any]) -> dict[str, Any]:
 
     prefix = len(scoring_prefix_ids(tokenizer))
     texts = dict.fromkeys(t.text for r in records for t in r.turns)
-    scored = [min(len(encode_text(tokenizer, text)), MAX_LENGTH) for text in texts]
-    scoring_s = scoring_flops(shapes, [(prefix, n) for n in scored if n]) / (prefill_rate * 1e9)
+    scored = [n for n in (min(len(encode_text(tokenizer, text)), MAX_LENGTH) for text in texts) if n]
+    scoring_s = scoring_flops(shapes, [(prefix, n) for n in scored]) / (prefill_rate * 1e9)
 
     train = config["train"]
     rows = datasets.Dataset.from_parquet(str(run.step_dir(0, "selection") / "sft.parquet"))
@@ -112,7 +113,7 @@ def step_ceilings(run_dir: Path, ceiling: Mapping[str, Any]) -> dict[str, Any]:
                         "training": round(training_s, 1)},
             "dtype": dtype, "cpu_kind": ceiling["cpu_kind"], "decode_tokens": generation["decode_tokens"],
             "prefill_tokens": generation["prefill_tokens"], "prompt_tokens": generation["prompt_tokens"],
-            "scored_texts": sum(1 for n in scored if n), "scored_tokens": sum(scored) + prefix * sum(1 for n in scored if n),
+            "scored_texts": len(scored), "scored_tokens": sum(scored) + prefix * len(scored),
             "trained_tokens": tokens, "labelled_tokens": labelled}
 
 

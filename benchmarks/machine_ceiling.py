@@ -49,6 +49,11 @@ class ModelShapes:
     vocab: int
 
     @classmethod
+    def from_folder(cls, folder: str | Path) -> "ModelShapes":
+        """The shapes of the model in a Hugging Face folder (its config.json)."""
+        return cls.from_config(json.loads((Path(folder) / "config.json").read_text()))
+
+    @classmethod
     def from_config(cls, config: dict[str, Any]) -> "ModelShapes":
         return cls(hidden=config["hidden_size"], intermediate=config["intermediate_size"],
                    heads=config["num_attention_heads"],
@@ -302,8 +307,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from optima_agents.models.resolve import resolve_model
 
-    config = json.loads((Path(resolve_model(args.model)) / "config.json").read_text())
-    shapes = ModelShapes.from_config(config)
+    shapes = ModelShapes.from_folder(resolve_model(args.model))
     kind = cpu_kind()
     dtypes = (["float32", "bfloat16"] if native_bf16(kind) else ["float32"]) if args.dtypes == "auto" \
         else args.dtypes.split(",")

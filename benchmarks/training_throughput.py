@@ -64,6 +64,7 @@ DTYPES = ("float32", "bf16", "bf16-weights")
 LAYOUTS = ("padded", "padding-free")
 FLAGS = ("labelled-only", "segmented", "fast-dropout", "dropout 0", "checkpointing")
 LORA_RANK = 16
+SYNTHETIC_SOURCE = "synthetic rows (synth-hop experiment lengths)"
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,17 @@ def synthetic_rows(tokenizer: Any, count: int, seed: int) -> list[dict[str, list
                 mask += [0] * other
         rows.append({"input_ids": ids, "assistant_masks": mask})
     return rows
+
+
+def benchmark_rows(tokenizer: Any, data: str | None, count: int, seed: int) -> list[dict[str, list[int]]]:
+    """The rows every variant trains on: `count` rows of the `data` sft.parquet drawn with `seed`
+    (all of them when it has fewer), or `synthetic_rows` without `data`."""
+    if data is None:
+        return synthetic_rows(tokenizer, count, seed)
+    import datasets
+
+    table = datasets.Dataset.from_parquet(data).select_columns(["input_ids", "assistant_masks"])
+    return [table[i] for i in random.Random(seed).sample(range(len(table)), min(count, len(table)))]
 
 
 def run_variant(model_path: Path, rows: list[dict[str, list[int]]], variant: Variant, *, steps: int, batch_size: int,
@@ -236,16 +248,8 @@ def main() -> None:
 
     model_path = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    count = args.batch_size * (args.steps + 1)
-    if args.data:
-        import datasets
-
-        table = datasets.Dataset.from_parquet(args.data).select_columns(["input_ids", "assistant_masks"])
-        rows = [table[i] for i in random.Random(args.seed).sample(range(len(table)), min(count, len(table)))]
-        source = args.data
-    else:
-        rows = synthetic_rows(tokenizer, count, args.seed)
-        source = "synthetic rows (synth-hop experiment lengths)"
+    rows = benchmark_rows(tokenizer, args.data, args.batch_size * (args.steps + 1), args.seed)
+    source = args.data or SYNTHETIC_SOURCE
 
     try:
         names = [n.strip() for n in args.variants.split(",")] if args.variants else DEFAULT_VARIANTS
@@ -280,14 +284,12 @@ def training_ceiling(rows: list[dict[str, list[int]]], model_path: Path, lora_ra
     """The most tokens/s this machine's measured matmul rates allow for LoRA training on `rows`
     (`machine_ceiling.training_flops` per token at their labelled share, at the fastest measured
     dtype's 1,024-row rate), or None without a `machine_ceiling.json` of this CPU kind."""
-    import json
-
     from benchmarks.machine_ceiling import ModelShapes, ceiling_rates, same_cpu_ceiling, training_flops
 
     ceiling = same_cpu_ceiling()
     if ceiling is None:
         return None
-    shapes = ModelShapes.from_config(json.loads((Path(model_path) / "config.json").read_text()))
+    shapes = ModelShapes.from_folder(model_path)
     tokens = sum(len(r["input_ids"]) for r in rows)
     labelled = sum(sum(r["assistant_masks"]) for r in rows)
     _, rate, dtype = ceiling_rates(ceiling, "fastest")
@@ -338,9 +340,9 @@ def publish(name: str, payload: dict[str, Any]) -> None:
 
 def render(name: str, model: str) -> None:
     """Rewrite `name`'s report from its record, adding the ceiling of the rows it trained on (the
-    same `--data` rows drawn with the same seed) when the record has none. The record keeps the
-    date and machine it was measured on."""
-    import datasets
+    same rows drawn with the same seed) when the record has none. The record keeps the date and
+    machine it was measured on."""
+    from transformers import AutoTokenizer
 
     from optima_agents.models import resolve_model
 
@@ -349,10 +351,9 @@ def render(name: str, model: str) -> None:
         payload["reference"] = None
     if payload.get("ceiling") is None:
         model_path = resolve_model(payload.get("model", model))
+        data = None if payload["source"] == SYNTHETIC_SOURCE else payload["source"]
         count = payload["batch_size"] * (payload["steps"] + 1)
-        table = datasets.Dataset.from_parquet(payload["source"]).select_columns(["input_ids", "assistant_masks"])
-        seed = payload.setdefault("seed", 0)
-        rows = [table[i] for i in random.Random(seed).sample(range(len(table)), min(count, len(table)))]
+        rows = benchmark_rows(AutoTokenizer.from_pretrained(model_path), data, count, payload.setdefault("seed", 0))
         payload["ceiling"] = training_ceiling(rows, model_path)
     publish(name, payload)
 

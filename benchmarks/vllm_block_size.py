@@ -27,7 +27,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, invocation, write_report, write_result  # noqa: E402
+from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
 from benchmarks.machine_ceiling import turn_prompts, uncached_prefill_tokens  # noqa: E402
 
 NAME = "vllm_block_size"
@@ -130,8 +130,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                            "score": [r["score"] for r in rs], "tokens": [r["tokens"] for r in rs],
                            "prefill_tokens": uncached_prefill_tokens(sequences, block=size)}
                for size, rs in runs.items()}
-    from benchmarks._results import machine
-
     payload = {"command": invocation("vllm_block_size.py", argv), "model": args.model, "env": args.env,
                "episodes": args.episodes, "repeats": args.repeats, "dtype": dtype, "temperature": args.temperature,
                "max_new_tokens": args.max_new_tokens, "sizes": sizes, "vllm_default": 128,
