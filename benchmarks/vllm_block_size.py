@@ -33,16 +33,16 @@ from benchmarks.machine_ceiling import turn_prompts, uncached_prefill_tokens  # 
 NAME = "vllm_block_size"
 
 
-def play(model: str, env_id: str, block_size: int, *, episodes: int, dtype: str, temperature: float,
-         max_new_tokens: int, kv_cache_gib: float) -> tuple[dict[str, Any], list[Any]]:
-    """Start an engine with `block_size`, play `episodes` held-out episodes, close it; the
-    timings and the episode records."""
+def play(model: str, env_id: str, engine: dict[str, Any], *, episodes: int, dtype: str, temperature: float,
+         max_new_tokens: int) -> tuple[dict[str, Any], list[Any]]:
+    """Start an engine with the `VLLMPolicy` options `engine`, play `episodes` held-out episodes,
+    close it; the timings and the episode records."""
     from optima_agents.policies import SamplingParams
     from optima_eval.evaluation import build_policy, evaluate
 
     start = time.perf_counter()
     policy = build_policy("vllm", model, SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=0),
-                          dtype=dtype, backend_kwargs={"kv_cache_gib": kv_cache_gib, "block_size": block_size})
+                          dtype=dtype, backend_kwargs=engine)
     started = time.perf_counter() - start
     try:
         begin = time.perf_counter()
@@ -108,9 +108,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     first_records: list[Any] = []
     for rep in range(args.repeats):
         for size in sizes:
-            out, records = play(args.model, args.env, size, episodes=args.episodes, dtype=dtype,
-                                temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                                kv_cache_gib=args.kv_cache_gib)
+            out, records = play(args.model, args.env, {"kv_cache_gib": args.kv_cache_gib, "block_size": size},
+                                episodes=args.episodes, dtype=dtype, temperature=args.temperature,
+                                max_new_tokens=args.max_new_tokens)
             runs[size].append(out)
             if rep == 0 and size == min(sizes):
                 first_records = records

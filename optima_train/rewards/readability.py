@@ -13,8 +13,9 @@ text), and it asks exactly "is this something a model would say".
 
 **Cost.** Utterances are deduplicated, cached by text (an in-memory LRU, plus an optional
 append-only JSONL file so a resumed run or a later iteration never recomputes a text), sorted by
-length and batched under a token budget; the model runs in bf16 where the hardware has it (float32 on
-other CPUs, where bf16 is emulated), and the log-softmax is taken in float32 row by row.
+length and batched under a token budget, padded on the right (so causal attention needs no mask);
+the model runs in bf16 where the hardware has it (float32 on other CPUs, where bf16 is emulated),
+and the log-softmax is taken in float32 row by row.
 
 The dialogue's value is the largest per-turn loss (`max_turn_loss`); empty utterances have no
 tokens and no loss (the format rules penalise them instead).
@@ -204,14 +205,15 @@ class ReadabilityScorer:
             batch = order[start:end]
             width = len(self.prefix_ids) + len(encoded[batch[-1]])
             ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
             for row, i in enumerate(batch):
                 seq = self.prefix_ids + encoded[i]
                 ids[row, : len(seq)] = torch.tensor(seq)
-                mask[row, : len(seq)] = 1
             with torch.inference_mode():
                 ids = ids.to(self.device)
-                logits = self.model(input_ids=ids, attention_mask=mask.to(self.device)).logits
+                # Rows are padded on the right, so under causal attention no scored position sees
+                # padding: no attention mask is needed, and without one the attention runs its causal
+                # kernel rather than a masked one (the same logits at every scored position).
+                logits = self.model(input_ids=ids).logits
             for row, i in enumerate(batch):
                 n, p = len(encoded[i]), len(self.prefix_ids)
                 first = max(p, 1)  # with no prefix the first token cannot be predicted

@@ -9,7 +9,8 @@ import pytest
 from optima_agents import server_pool, servers, vllm_cpu_env
 from optima_agents.server_pool import ReplicaPool, ReplicaPoolConfig
 from optima_agents.servers import VLLMServer
-from optima_agents.vllm_cpu_env import BIND, RESERVED, engine_env_defaults, replica_core_binds
+from optima_agents.vllm_cpu_env import (BIND, MULTIPROCESSING, RESERVED, engine_env_defaults, in_process_default,
+                                        replica_core_binds)
 
 
 class TestEngineDefaults:
@@ -26,6 +27,16 @@ class TestEngineDefaults:
         assert RESERVED not in engine_env_defaults(compiled=True)
         monkeypatch.setattr(vllm_cpu_env, "usable_cores", lambda: [3, 7])
         assert engine_env_defaults(compiled=True)[RESERVED] == "0"
+
+    def test_an_in_process_engine_turns_vllms_multiprocessing_off(self):
+        assert engine_env_defaults(compiled=True, cores=2, in_process=True)[MULTIPROCESSING] == "0"
+        assert MULTIPROCESSING not in engine_env_defaults(compiled=True, cores=2)
+
+    def test_small_machines_run_the_engine_in_process_by_default(self, monkeypatch):
+        assert in_process_default(cores=2) and in_process_default(cores=4)
+        assert not in_process_default(cores=5)
+        monkeypatch.setattr(vllm_cpu_env, "usable_cores", lambda: list(range(16)))
+        assert not in_process_default()
 
 
 class TestReplicaBinds:

@@ -58,6 +58,27 @@ class TestVLLMPolicy:
         assert vllm_policy.engine_options["block_size"] == 32
         assert vllm_policy.llm.llm_engine.vllm_config.cache_config.block_size == 32
 
+    def test_runs_in_this_process_on_a_small_machine_and_a_second_engine_runs_apart(self, vllm_policy,
+                                                                                   embedded_model_dir):
+        """One in-process engine at a time: the next starts in vLLM's own processes, and closing it
+        leaves the in-process one working (vLLM's per-process state is the live engine's)."""
+        import os
+
+        from optima_agents.policies.vllm import VLLMPolicy
+        from optima_agents.vllm_cpu_env import MULTIPROCESSING, in_process_default
+
+        assert vllm_policy.in_process is in_process_default()
+        assert MULTIPROCESSING not in os.environ  # the start's settings are not left for child processes
+        before = vllm_policy.act([ask("Say hello.")])[0].text
+        beside = VLLMPolicy(str(embedded_model_dir), sampling=SamplingParams(max_new_tokens=4), enforce_eager=True,
+                            verify=False, kv_cache_gib=0.25)
+        try:
+            assert beside.in_process is False
+            assert not beside.act([ask("Say hello.")])[0].failed
+        finally:
+            beside.close()
+        assert vllm_policy.act([ask("Say hello.")])[0].text == before
+
     def test_generates_with_exact_ids(self, vllm_policy):
         requests = [ask("What is the capital of France?"), ask("Name three primary colors."), ask("Say hello.")]
         actions = vllm_policy.act(requests)

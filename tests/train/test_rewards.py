@@ -241,7 +241,10 @@ class TestReadabilityScorer:
         assert again(texts) == losses and again.computed == 0 and again.hits == 3
 
     def test_batching_does_not_change_values(self, scorer):
+        """Rows are padded on the right and run without an attention mask: a short text batched
+        with long ones (most of its row is padding) scores as it does alone."""
         texts = [f"Fact {i}: the founder of Zoravi{i} was born in {1900 + i}." for i in range(6)] + ["Short."]
-        alone = [scorer._compute([t])[0] for t in texts[:3]]
-        batched = scorer._compute(texts)[:3]
-        assert all(math.isclose(a, b, abs_tol=0.05) for a, b in zip(alone, batched))
+        picked = [0, 1, 2, 6]
+        alone = [scorer._compute([texts[i]])[0] for i in picked]
+        batched = scorer._compute(texts)
+        assert all(math.isclose(a, batched[i], abs_tol=0.05) for a, i in zip(alone, picked))
