@@ -21,7 +21,9 @@ Four process-wide effects come with it, handled here (`engine_environment`, `clo
   the caller's randomness.
 - vLLM's CPU worker binds torch's threads to its cores and replaces `torch.set_num_threads` with
   a function that refuses (it warns and does nothing) for as long as the process lives. The
-  caller's function and thread count are put back when the engine closes.
+  caller's function is put back as soon as the engine has started, so the process stays the
+  caller's to configure (a thread count set while the engine runs is the engine's too), and the
+  caller's thread count is put back when the engine closes.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import os
 import random
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 from optima_agents.vllm_cpu_env import MULTIPROCESSING
 
@@ -44,14 +46,13 @@ class EngineStart:
     """What the caller's process had before an engine started, for `started_in_process`."""
 
     environment: dict[str, str]  # the settings made for the start (the defaults the caller lacked)
-    set_num_threads: Callable[[int], None]
-    num_threads: int
+    num_threads: int  # torch's thread count
 
 
 _lock = threading.Lock()
 _live = 0  # in-process engines started and not yet closed
 _held: dict[str, str] = {}  # the environment settings the live in-process engine was started with
-_threads: tuple[Callable[[int], None], int] | None = None  # the caller's torch.set_num_threads and thread count
+_threads: int | None = None  # the caller's torch thread count before the live in-process engine started
 
 
 def live_in_process_engines() -> int:
@@ -97,12 +98,14 @@ def engine_environment(defaults: Mapping[str, str], *, in_process: bool) -> Iter
         os.environ[MULTIPROCESSING] = "1"
     _clear_vllm_env_cache()
     states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    set_num_threads = torch.set_num_threads
     try:
-        yield EngineStart(dict(added), torch.set_num_threads, torch.get_num_threads())
+        yield EngineStart(dict(added), torch.get_num_threads())
     finally:
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
+        torch.set_num_threads = set_num_threads
         _set_environment(restore)
         if beside_live:
             _cache_environment(_held)
@@ -151,12 +154,12 @@ def started_in_process(start: EngineStart) -> None:
         _live += 1
         _held.clear()
         _held.update(start.environment)
-        _threads = (start.set_num_threads, start.num_threads)
+        _threads = start.num_threads
 
 
 def closed_in_process() -> None:
-    """Count an in-process engine as closed; with none left, give the caller back its
-    `torch.set_num_threads` and thread count."""
+    """Count an in-process engine as closed; with none left, give the caller back its torch
+    thread count."""
     global _live, _threads
     with _lock:
         _live = max(0, _live - 1)
@@ -166,7 +169,5 @@ def closed_in_process() -> None:
         if _threads is not None:
             import torch
 
-            set_num_threads, count = _threads
-            torch.set_num_threads = set_num_threads
-            set_num_threads(count)
+            torch.set_num_threads(_threads)
             _threads = None

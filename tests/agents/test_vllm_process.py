@@ -22,6 +22,7 @@ KEY = "OPTIMA_TEST_ENGINE_SETTING"
 @pytest.fixture
 def small_machine(monkeypatch):
     monkeypatch.setattr(vllm_cpu_env, "usable_cores", lambda: [0, 1])
+    monkeypatch.setattr(vllm_process, "_live", 0)  # whatever engines this test session runs
 
 
 @pytest.fixture
@@ -37,6 +38,7 @@ class TestChoice:
 
     def test_auto_keeps_vllms_processes_on_a_large_machine(self, monkeypatch):
         monkeypatch.setattr(vllm_cpu_env, "usable_cores", lambda: list(range(32)))
+        monkeypatch.setattr(vllm_process, "_live", 0)
         assert choose_in_process("auto", on_vllm_cpu=True) is False
 
     def test_auto_starts_out_of_process_while_an_in_process_engine_is_live(self, small_machine, one_live_engine):
@@ -88,25 +90,26 @@ class TestEnvironment:
             envs.disable_envs_cache()
         assert envs.VLLM_ENABLE_V1_MULTIPROCESSING is True
 
-    def test_closing_the_engine_gives_back_the_callers_thread_setting(self, monkeypatch):
+    def test_the_caller_keeps_torch_set_num_threads_and_gets_its_count_back_at_close(self, monkeypatch):
         """vLLM's CPU worker replaces torch.set_num_threads with a refusal for the process's life."""
         monkeypatch.setattr(vllm_process, "_live", 0)
         monkeypatch.setattr(vllm_process, "_held", {})
-        monkeypatch.setattr(torch, "set_num_threads", torch.set_num_threads)  # put back whatever happens
-        before = torch.get_num_threads()
+        monkeypatch.setattr(vllm_process, "_threads", None)
+        calls: list[int] = []
+
+        def callers_set_num_threads(count: int) -> None:
+            calls.append(count)
+
+        monkeypatch.setattr(torch, "set_num_threads", callers_set_num_threads)
         with engine_environment({KEY: "0"}, in_process=True) as start:
             monkeypatch.delenv(KEY, raising=False)
+            torch.set_num_threads = lambda count: None  # what the engine's worker does
+        assert torch.set_num_threads is callers_set_num_threads  # the caller's again once the engine started
         vllm_process.started_in_process(start)
         assert vllm_process.live_in_process_engines() == 1 and vllm_process._held == {KEY: "0"}
-        torch.set_num_threads = lambda count: None  # what the engine's worker does
         vllm_process.closed_in_process()
         assert vllm_process.live_in_process_engines() == 0 and vllm_process._held == {}
-        assert torch.set_num_threads is start.set_num_threads
-        torch.set_num_threads(1)
-        try:
-            assert torch.get_num_threads() == 1  # the caller's function works again
-        finally:
-            torch.set_num_threads(before)
+        assert calls == [start.num_threads]  # the count the caller had before the start
 
     def test_the_callers_global_generators_are_put_back(self):
         random.seed(3)
