@@ -40,7 +40,6 @@ from optima_agents.vllm_cpu_env import MULTIPROCESSING
 InProcess = bool | Literal["auto"]
 
 
-
 @dataclass
 class EngineStart:
     """What the caller's process had before an engine started, for `started_in_process`."""
