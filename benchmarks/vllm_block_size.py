@@ -81,18 +81,23 @@ def markdown(payload: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_workload_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    """The held-out workload both vLLM engine benchmarks play (this one and `vllm_in_process`)."""
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--env", default="synth-hop-ia")
-    parser.add_argument("--sizes", default="32,64,128", help="comma-separated block sizes (multiples of 32 on CPU)")
     parser.add_argument("--episodes", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--temperature", type=float, default=0.5)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--kv-cache-gib", type=float, default=4.0)
-    parser.add_argument("--name", default=NAME)
+    parser.add_argument("--name", default=name)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_workload_arguments(parser, NAME)
+    parser.add_argument("--sizes", default="32,64,128", help="comma-separated block sizes (multiples of 32 on CPU)")
     args = parser.parse_args(argv)
     try:
         sizes = [int(s) for s in args.sizes.split(",")]

