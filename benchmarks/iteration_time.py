@@ -6,7 +6,7 @@ report takes each step's seconds from its `DONE.json` (generation, scoring, sele
 training) and gives the iteration without evaluation and, for every later ref, the ratio to the
 first ref per step; the target is judged on the last ref. The loops always evaluate their last
 iteration, so evaluation runs on one held-out dialogue and is left out of the sum. Where
-`benchmarks/results/machine_ceiling.json` was measured on this CPU kind, each ref's generation,
+a `benchmarks/results/machine_ceiling*.json` was measured on this CPU kind, each ref's generation,
 scoring and training are also set against the fewest seconds this machine allows for the work the
 run did (`step_ceilings`), so the report shows how far the target is from the hardware.
 
@@ -36,9 +36,9 @@ from typing import Any, Mapping, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
+from benchmarks._results import RESULTS, cpu_kind, invocation, machine, write_report, write_result  # noqa: E402
 from benchmarks.machine_ceiling import (  # noqa: E402
-    ModelShapes, ceiling_rates, generation_ceiling, same_cpu_ceiling, scoring_flops, training_flops)
+    ModelShapes, ceiling_file, ceiling_rates, generation_ceiling, same_cpu_ceiling, scoring_flops, training_flops)
 from optima_train.run_dir import ISFT_STEPS, RunDir  # noqa: E402
 
 NAME = "iteration_time"
@@ -68,7 +68,7 @@ def breakdown(run_dir: Path) -> dict[str, Any]:
 def step_ceilings(run_dir: Path, ceiling: Mapping[str, Any]) -> dict[str, Any]:
     """The fewest seconds each model-bound step of iteration 0 could take on this machine, from the
     work the run did (its config, sampled episodes and training rows) at the measured matmul rates
-    of the machine's fastest dtype (`machine_ceiling.json`):
+    of the machine's fastest dtype (`machine_ceiling*.json` of its CPU kind):
 
     - generation: every generated token decoded, every prompt token a perfect prefix cache could not
       serve prefilled (`machine_ceiling.generation_ceiling`);
@@ -111,7 +111,7 @@ def step_ceilings(run_dir: Path, ceiling: Mapping[str, Any]) -> dict[str, Any]:
     training_s = training_flops(shapes, tokens, labelled, rank) / (prefill_rate * 1e9)
     return {"seconds": {"generation": round(generation["ceiling_s"], 1), "scoring": round(scoring_s, 1),
                         "training": round(training_s, 1)},
-            "dtype": dtype, "cpu_kind": ceiling["cpu_kind"], "decode_tokens": generation["decode_tokens"],
+            "dtype": dtype, "cpu_kind": ceiling["cpu_kind"], "file": ceiling["file"], "decode_tokens": generation["decode_tokens"],
             "prefill_tokens": generation["prefill_tokens"], "prompt_tokens": generation["prompt_tokens"],
             "scored_texts": len(scored), "scored_tokens": sum(scored) + prefix * len(scored),
             "trained_tokens": tokens, "labelled_tokens": labelled}
@@ -188,7 +188,7 @@ def ceiling_lines(runs: Sequence[Mapping[str, Any]], first: Mapping[str, Any]) -
     c = last["ceiling"]
     target_s = TARGET_RATIO * first["total_s"]
     lines += ["", f"Fewest seconds: this machine's measured matmul rates in {c['dtype']} ({c['cpu_kind']}, "
-              "`machine_ceiling.json`) applied to each run's own work, linear-layer FLOPs only. Generation: "
+              f"`{c.get('file', 'machine_ceiling.json')}`) applied to each run's own work, linear-layer FLOPs only. Generation: "
               f"{c['decode_tokens']} generated tokens at the 64-row rate and {c['prefill_tokens']} of "
               f"{c['prompt_tokens']} prompt tokens that a perfect prefix cache could not serve at the 1,024-row rate "
               f"(the step's time includes the engine start). Scoring: {c['scored_texts']} distinct utterances, "
@@ -218,7 +218,7 @@ def git(*args: str) -> str:
 def run_ref(ref: str, config: str, overrides: Sequence[str], work: Path,
             ceiling: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Iteration 0 of `config` at `ref`, in a worktree of its own under `work`; resumed if its run
-    dir exists. With `ceiling` (a `machine_ceiling.json` payload of this CPU kind) the record also
+    dir exists. With `ceiling` (a `machine_ceiling*.json` payload of this CPU kind) the record also
     holds the steps' fewest seconds (`step_ceilings`)."""
     commit = git("rev-parse", f"{ref}^{{commit}}")
     tree, run_dir, timing = work / commit / "tree", work / commit / "run", work / commit / "timing.json"
@@ -279,8 +279,8 @@ def main() -> None:
         parser.error(f"--refs takes at least two refs, the before first; got {args.refs!r}")
     ceiling = same_cpu_ceiling()
     if ceiling is None:
-        print("no benchmarks/results/machine_ceiling.json for this CPU kind: run benchmarks/machine_ceiling.py "
-              "first for each step's share of the ceiling", flush=True)
+        print(f"no {ceiling_file(cpu_kind())} in benchmarks/results for this CPU kind: run "
+              "benchmarks/machine_ceiling.py first for each step's share of the ceiling", flush=True)
     runs = [run_ref(ref, args.config, args.overrides, WORK / args.name, ceiling) for ref in refs]
     payload = {"command": command, "config": args.config, "overrides": args.overrides, "cpu": cpu(), "runs": runs,
                "ratios": [ratios(runs[0], run) for run in runs[1:]]}

@@ -15,7 +15,7 @@ to `--max-new-tokens` tokens, all decoded together as parallel sequences. Report
 preparation each needs per training iteration (seconds, median of `--repeats` after a warm-up), generation
 tokens/s (median of `--repeats`, the two paths interleaved so machine noise falls on both),
 how many greedy replies are identical between the two, and each path's share of this machine's
-ceiling (`machine_ceiling.json`, same CPU kind: the base model's linear-layer FLOPs of every
+ceiling (`machine_ceiling*.json` of the same CPU kind: the base model's linear-layer FLOPs of every
 generated and prompt token at the measured matmul rates, so the LoRA path's extra products
 count against it). Also the shipped Q4_1 base with the LoRA, the cheapest file to serve, whose
 base weights are not the ones trained on.
@@ -147,7 +147,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          "env_kwargs": ENV_KWARGS},
             "preparation": preparation(spec.adapter_dir, base_dir, args.repeats),
             "results": results, "ratios": ratios,
-            "ceiling_cpu": ceiling["cpu_kind"] if ceiling else None}
+            "ceiling_cpu": ceiling["cpu_kind"] if ceiling else None,
+            "ceiling_file": ceiling["file"] if ceiling else None}
 
 
 def _rank(adapter_dir: Path) -> int:
@@ -174,7 +175,7 @@ def report(payload: dict[str, Any], command: str) -> str:
               f"for the merged path; {prep['lora_convert_s']:.2f} s to convert the adapter for the LoRA path (its F16 "
               "base is exported once).", "",
               "Share of ceiling: the base model's linear-layer FLOPs of every prompt and generated token at this "
-              "machine's measured matmul rates (`machine_ceiling.json`), over the measured seconds; the LoRA "
+              f"machine's measured matmul rates (`{payload.get('ceiling_file') or 'machine_ceiling.json'}`), over the measured seconds; the LoRA "
               "path's extra products are not counted as work, so they show as a lower share."]
     return "\n".join(lines) + "\n"
 

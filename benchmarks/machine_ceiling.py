@@ -13,8 +13,10 @@ rates weighted by their FLOPs (`forward_ceiling`), the figure a generation or tr
 throughput result divides its own FLOPs by (`workload_ceiling_s`). Bandwidth is the median of
 repeated copies of a 256 MiB tensor (read + write counted).
 
-Writes `benchmarks/results/machine_ceiling.json` and `.md`; the CPU kind (AMX, AVX512-BF16 or
-AVX2 only) is in both, since every figure depends on it.
+Writes `benchmarks/results/machine_ceiling_<kind>.json` and `.md` (e.g. `machine_ceiling_avx2`), so
+the ceilings of the CPU kinds (AMX, AVX512-BF16 or AVX2 only) sit side by side: every figure
+depends on the kind, and a throughput result reads the ceiling of the kind it runs on
+(`same_cpu_ceiling`; `machine_ceiling.json`, the first one measured, holds AVX512-BF16).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import RESULTS, cpu_kind, invocation, write_report, write_result  # noqa: E402
 
+NAME = "machine_ceiling"
 ROWS = (1, 8, 64, 256, 1024)
 
 
@@ -238,14 +241,37 @@ def ceiling_rates(payload: dict[str, Any], dtype: str) -> tuple[float, float, st
     return forward["64"], forward["1024"], dtype
 
 
+def kind_name(kind: str) -> str:
+    """The result name of CPU kind `kind`'s ceiling: "machine_ceiling_avx512_bf16" for "AVX512-BF16"."""
+    return f"{NAME}_{kind.lower().replace('-', '_').replace(' ', '_')}"
+
+
+def ceiling_for(kind: str) -> dict[str, Any] | None:
+    """The committed ceiling measured on CPU kind `kind` (`machine_ceiling_<kind>.json`, else
+    `machine_ceiling.json` when it holds that kind), with `file` naming where it was read; None
+    when no such file exists, since a ceiling from another kind of CPU says nothing about this one."""
+    for name in (kind_name(kind), NAME):
+        path = RESULTS / f"{name}.json"
+        try:
+            payload = json.loads(path.read_text())
+        except FileNotFoundError:
+            continue
+        except ValueError as err:
+            raise ValueError(f"{path}: not valid JSON ({err}); rerun benchmarks/machine_ceiling.py") from err
+        if payload.get("cpu_kind") == kind:
+            return {**payload, "file": path.name}
+    return None
+
+
 def same_cpu_ceiling() -> dict[str, Any] | None:
-    """The committed `machine_ceiling.json` payload, when it was measured on this CPU kind (a
-    ceiling from another kind of CPU says nothing about this one); else None."""
-    try:
-        payload = json.loads((RESULTS / "machine_ceiling.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return payload if payload.get("cpu_kind") == cpu_kind() else None
+    """`ceiling_for` this machine's CPU kind."""
+    return ceiling_for(cpu_kind())
+
+
+def ceiling_file(kind: str) -> str:
+    """The ceiling file of CPU kind `kind`, for reports: its name, or the name a run would write."""
+    found = ceiling_for(kind)
+    return found["file"] if found else f"{kind_name(kind)}.json"
 
 
 def measure(shapes: ModelShapes, dtypes: Sequence[str], repeats: int) -> dict[str, Any]:
@@ -301,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtypes", default="auto", help="Comma-separated torch dtypes; auto: float32, plus "
                         "bfloat16 where the CPU runs it natively.")
-    parser.add_argument("--name", default="machine_ceiling")
+    parser.add_argument("--name", default=None, help="Result name (default: machine_ceiling_<cpu kind>).")
     args = parser.parse_args(argv)
     import torch
 
@@ -309,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     shapes = ModelShapes.from_folder(resolve_model(args.model))
     kind = cpu_kind()
+    name = args.name or kind_name(kind)
     dtypes = (["float32", "bfloat16"] if native_bf16(kind) else ["float32"]) if args.dtypes == "auto" \
         else args.dtypes.split(",")
     params = sum(i * o * shapes.layer_count(n) for n, (i, o) in shapes.linears().items())
@@ -316,9 +343,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                "torch": torch.__version__, "repeats": args.repeats, "shapes": asdict(shapes),
                "forward_gflop_per_token": shapes.forward_flops_per_token() / 1e9, "weight_gb": params * 4 / 1e9,
                "dtypes": dtypes, "results": measure(shapes, dtypes, args.repeats)}
-    write_result(args.name, payload)
+    write_result(name, payload)
     text = report(payload)
-    write_report(RESULTS / f"{args.name}.md", text)
+    write_report(RESULTS / f"{name}.md", text)
     print(text)
 
 

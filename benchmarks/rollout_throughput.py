@@ -56,8 +56,8 @@ natively (AMX, AVX-512 bf16, CUDA), float32 where bf16 would be emulated and far
 (docs/design.md section 4); the results record the resolved dtype.
 
 Each path that keeps its episode records also gets its share of this machine's ceiling
-(`ceiling_share`, from `benchmarks/results/machine_ceiling.json` when it was measured on the
-same CPU kind; `ceiling_share` says how): the fewest seconds its own workload can take at the
+(`ceiling_share`, from the `benchmarks/results/machine_ceiling*.json` measured on the same CPU
+kind; `ceiling_share` says how): the fewest seconds its own workload can take at the
 measured matmul rates, over its wall time.
 
 Besides the JSON, a markdown summary (`rollout_throughput.md`) holds the table and the targets
@@ -100,7 +100,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
-from benchmarks.machine_ceiling import generation_ceiling, same_cpu_ceiling, turn_prompts  # noqa: E402
+from benchmarks.machine_ceiling import ceiling_file, generation_ceiling, same_cpu_ceiling, turn_prompts  # noqa: E402
 from optima_agents.models.dtypes import resolve_dtype_here  # noqa: E402
 from optima_agents.models.gguf_export import CONVERTED_TYPES  # noqa: E402
 
@@ -786,7 +786,8 @@ def ceiling_share(result: PathResult, w: Workload, tokenizer: Any, ceiling: dict
     seconds = fewest["ceiling_s"]
     return {"ceiling_s": round(seconds, 2), "ceiling_share": round(seconds / result.wall_s, 3) if result.wall_s else None,
             "ceiling_prefill_tokens": fewest["prefill_tokens"], "ceiling_prompt_tokens": fewest["prompt_tokens"],
-            "ceiling_dtype": fewest["dtype"], "ceiling_cpu": ceiling["cpu_kind"]}
+            "ceiling_dtype": fewest["dtype"], "ceiling_cpu": ceiling["cpu_kind"],
+            "ceiling_file": ceiling["file"]}
 
 
 def markdown(payload: dict[str, Any], *, command: str) -> str:
@@ -805,8 +806,9 @@ def markdown(payload: dict[str, Any], *, command: str) -> str:
         share = "–" if r.get("ceiling_share") is None else f"{r['ceiling_share']:.0%} of {r['ceiling_s']:.1f} s"
         lines.append(f"| {name} | {r['tokens_per_s']:.1f} | {runs} | {first} | {r['last_episode_s']:.1f} "
                      f"| {r['generated_tokens']} | {share} | {r.get('peak_rss_gib', '–')} | {r.get('scheduling', '–')} |")
+    source = next((r["ceiling_file"] for r in results.values() if r.get("ceiling_file")), "machine_ceiling.json")
     lines += ["", "Share of ceiling: the fewest seconds the path's own workload can take at this machine's measured "
-              "matmul rates (`machine_ceiling.json`; linear-layer FLOPs of every generated token at the 64-row "
+              f"matmul rates (`{source}`; linear-layer FLOPs of every generated token at the 64-row "
               "rate and of every prompt token a perfect prefix cache could not serve at the 1,024-row rate), over "
               "the path's wall time. llama.cpp rows use the fastest measured dtype's rates."]
     lines += ["", "| target | measured | least allowed | met |", "|---|---|---|---|"]
@@ -860,8 +862,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     load_before = os.getloadavg()
     ceiling = same_cpu_ceiling()
     if ceiling is None:
-        print("no benchmarks/results/machine_ceiling.json for this CPU kind: run benchmarks/machine_ceiling.py "
-              "first for each path's share of the ceiling", flush=True)
+        print(f"no {ceiling_file(machine()['cpu_kind'])} in benchmarks/results for this CPU kind: run "
+              "benchmarks/machine_ceiling.py first for each path's share of the ceiling", flush=True)
     try:
         for i, name in enumerate(names):
             print(f"== {name}", flush=True)

@@ -35,7 +35,7 @@ The loss of the first step is recorded too: every variant must agree within bf16
     python benchmarks/training_throughput.py --quick          # 1 repeat, few steps
     python benchmarks/training_throughput.py --dtypes float32 # a CPU without native bf16
 
-Where `benchmarks/results/machine_ceiling.json` was measured on this CPU kind, every variant is
+Where a `benchmarks/results/machine_ceiling*.json` was measured on this CPU kind, every variant is
 also set against the most tokens/s the machine's matmul rates allow for LoRA training on these
 rows (`training_ceiling`). `--render` rewrites a report from its saved record.
 
@@ -283,7 +283,7 @@ def main() -> None:
 def training_ceiling(rows: list[dict[str, list[int]]], model_path: Path, lora_rank: int = LORA_RANK) -> dict[str, Any] | None:
     """The most tokens/s this machine's measured matmul rates allow for LoRA training on `rows`
     (`machine_ceiling.training_flops` per token at their labelled share, at the fastest measured
-    dtype's 1,024-row rate), or None without a `machine_ceiling.json` of this CPU kind."""
+    dtype's 1,024-row rate), or None without a `machine_ceiling*.json` of this CPU kind."""
     from benchmarks.machine_ceiling import ModelShapes, ceiling_rates, same_cpu_ceiling, training_flops
 
     ceiling = same_cpu_ceiling()
@@ -294,7 +294,7 @@ def training_ceiling(rows: list[dict[str, list[int]]], model_path: Path, lora_ra
     labelled = sum(sum(r["assistant_masks"]) for r in rows)
     _, rate, dtype = ceiling_rates(ceiling, "fastest")
     per_token = training_flops(shapes, tokens, labelled, lora_rank) / tokens
-    return {"tokens_per_s": rate * 1e9 / per_token, "dtype": dtype, "cpu_kind": ceiling["cpu_kind"],
+    return {"tokens_per_s": rate * 1e9 / per_token, "dtype": dtype, "cpu_kind": ceiling["cpu_kind"], "file": ceiling["file"],
             "labelled_share": labelled / tokens, "lora_rank": lora_rank}
 
 
@@ -325,7 +325,7 @@ def markdown(payload: dict[str, Any]) -> str:
     if ceiling:
         lines += ["", f"Share of ceiling: tokens/s over the most this machine's measured matmul rates allow "
                   f"({ceiling['tokens_per_s']:.0f} tokens/s: {ceiling['dtype']} at the 1,024-row rate, "
-                  f"{ceiling['cpu_kind']}, `machine_ceiling.json`) for LoRA r={ceiling['lora_rank']} training on these "
+                  f"{ceiling['cpu_kind']}, `{ceiling.get('file', 'machine_ceiling.json')}`) for LoRA r={ceiling['lora_rank']} training on these "
                   f"rows ({ceiling['labelled_share']:.0%} of their tokens labelled): a forward and an input-gradient "
                   "product per frozen linear layer, the adapters' three products, the LM head only at labelled "
                   "positions; attention over the context left out."]

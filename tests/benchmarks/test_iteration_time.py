@@ -134,9 +134,11 @@ def test_step_ceilings_price_the_work_the_run_did(tmp_path, embedded_model_dir, 
     shapes = ModelShapes.from_config(SMOLLM2_135M)
     rate = 0.01  # GFLOP/s: slow enough that every step's seconds are far above the 0.1 s rounding
     ceiling = {"shapes": vars(shapes), "forward_gflop_per_token": shapes.forward_flops_per_token() / 1e9,
-               "cpu_kind": "AVX2", "dtypes": ["float32"], "results": {"float32": {"forward": {"64": rate, "1024": rate}}}}
+               "cpu_kind": "AVX2", "dtypes": ["float32"], "results": {"float32": {"forward": {"64": rate, "1024": rate}}},
+               "file": "machine_ceiling_avx2.json"}
 
     out = step_ceilings(run, ceiling)
+    assert out["file"] == "machine_ceiling_avx2.json"
     # training: the long row is cut to 768 tokens (68 of them labelled), two epochs
     assert (out["trained_tokens"], out["labelled_tokens"]) == (2 * (10 + 768), 2 * (4 + 68))
     assert out["seconds"]["training"] == round(training_flops(shapes, 1556, 144, 16) / (rate * 1e9), 1)

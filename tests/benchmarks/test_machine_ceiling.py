@@ -104,3 +104,31 @@ def test_scoring_runs_the_decoder_over_the_context_and_the_head_only_at_scored_t
     assert decoder + head == shapes.forward_flops_per_token()
     assert scoring_flops(shapes, [(3, 10), (3, 1)]) == pytest.approx(17 * decoder + 11 * head)
     assert scoring_flops(shapes, []) == 0
+
+
+def test_each_cpu_kind_reads_its_own_ceiling_file(tmp_path, monkeypatch):
+    import json
+
+    from benchmarks import machine_ceiling
+
+    monkeypatch.setattr(machine_ceiling, "RESULTS", tmp_path)
+    (tmp_path / "machine_ceiling.json").write_text(json.dumps({"cpu_kind": "AVX512-BF16", "threads": 2}))
+    (tmp_path / "machine_ceiling_avx2.json").write_text(json.dumps({"cpu_kind": "AVX2", "threads": 2}))
+    assert machine_ceiling.kind_name("AVX512-BF16") == "machine_ceiling_avx512_bf16"
+    assert machine_ceiling.ceiling_for("AVX2")["file"] == "machine_ceiling_avx2.json"
+    assert machine_ceiling.ceiling_for("AVX512-BF16")["file"] == "machine_ceiling.json"
+    assert machine_ceiling.ceiling_for("AMX") is None
+    assert machine_ceiling.ceiling_file("AMX") == "machine_ceiling_amx.json"
+
+
+def test_a_ceiling_file_of_another_kind_is_not_used(tmp_path, monkeypatch):
+    import json
+
+    from benchmarks import machine_ceiling
+
+    monkeypatch.setattr(machine_ceiling, "RESULTS", tmp_path)
+    (tmp_path / "machine_ceiling_avx2.json").write_text(json.dumps({"cpu_kind": "AMX"}))
+    assert machine_ceiling.ceiling_for("AVX2") is None
+    (tmp_path / "machine_ceiling_avx2.json").write_text("{not json")
+    with pytest.raises(ValueError, match="machine_ceiling_avx2.json: not valid JSON"):
+        machine_ceiling.ceiling_for("AVX2")

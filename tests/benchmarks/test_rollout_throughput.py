@@ -118,7 +118,7 @@ def test_ceiling_share_counts_decode_and_uncached_prefill_at_the_measured_rates(
     records = [SimpleNamespace(turns=turns)]
     monkeypatch.setattr(machine_ceiling, "turn_prompts", lambda records, tokenizer: [[1, 2, 3], [1, 2, 3, 7, 8, 4]])
     ceiling = {"forward_gflop_per_token": 0.5, "cpu_kind": "AVX2", "dtypes": ["float32"],
-               "results": {"float32": {"forward": {"64": 100.0, "1024": 200.0}}}}
+               "results": {"float32": {"forward": {"64": 100.0, "1024": 200.0}}}, "file": "machine_ceiling_avx2.json"}
     result = rt.PathResult(wall_s=1.0, generated_tokens=3, turns=2, episodes=1, backend_calls=2, mean_score=0.0,
                            records=records)
     share = rt.ceiling_share(result, rt.Workload(dtype="float32"), None, ceiling)
@@ -126,3 +126,9 @@ def test_ceiling_share_counts_decode_and_uncached_prefill_at_the_measured_rates(
     assert share["ceiling_prefill_tokens"] == 4 and share["ceiling_prompt_tokens"] == 9
     assert share["ceiling_s"] == round(3 * 0.5 / 100 + 4 * 0.5 / 200, 2)
     assert share["ceiling_share"] == round((3 * 0.5 / 100 + 4 * 0.5 / 200) / 1.0, 3)
+    assert share["ceiling_file"] == "machine_ceiling_avx2.json"
+    assert "`machine_ceiling_avx2.json`;" in rt.markdown(
+        {"workload": {"episodes": 1, "env_id": "synth-hop-ia", "model": "m", "dtype": "float32", "max_turns": 4,
+                      "max_new_tokens": 8, "repeats": 1}, "machine": {"cpus": 2}, "load_average": {"before": [0.1]},
+         "results": {"engine-vllm": {"tokens_per_s": 3.0, "last_episode_s": 1.0, "generated_tokens": 3, **share}}},
+        command="python benchmarks/rollout_throughput.py")

@@ -61,12 +61,14 @@ def test_the_ceiling_counts_the_rows_labelled_share(monkeypatch, tmp_path):
     config = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,
               "num_key_value_heads": 3, "num_hidden_layers": 30, "vocab_size": 49152}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    payload = {"cpu_kind": "AVX2", "dtypes": ["float32"], "results": {"float32": {"forward": {"64": 100.0, "1024": 200.0}}}}
+    payload = {"cpu_kind": "AVX2", "dtypes": ["float32"], "results": {"float32": {"forward": {"64": 100.0, "1024": 200.0}}},
+               "file": "machine_ceiling_avx2.json"}
     monkeypatch.setattr(machine_ceiling, "same_cpu_ceiling", lambda: payload)
     rows = [{"input_ids": [1] * 8, "assistant_masks": [0] * 6 + [1] * 2}, {"input_ids": [1] * 2, "assistant_masks": [1, 1]}]
     out = training_ceiling(rows, tmp_path)
     shapes = machine_ceiling.ModelShapes.from_config(config)
     per_token = machine_ceiling.training_flops(shapes, 10, 4, 16) / 10
     assert out["tokens_per_s"] == pytest.approx(200e9 / per_token) and out["labelled_share"] == 0.4
+    assert out["file"] == "machine_ceiling_avx2.json"
     monkeypatch.setattr(machine_ceiling, "same_cpu_ceiling", lambda: None)
     assert training_ceiling(rows, tmp_path) is None
