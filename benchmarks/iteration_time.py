@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks._results import RESULTS, cpu_kind, invocation, machine, write_report, write_result  # noqa: E402
 from benchmarks.machine_ceiling import (  # noqa: E402
-    ModelShapes, ceiling_file, ceiling_rates, generation_ceiling, same_cpu_ceiling, scoring_flops, training_flops)
+    ModelShapes, ceiling_rates, generation_ceiling, kind_name, same_cpu_ceiling, scoring_flops, training_flops)
 from optima_train.run_dir import ISFT_STEPS, RunDir  # noqa: E402
 
 NAME = "iteration_time"
@@ -279,7 +279,7 @@ def main() -> None:
         parser.error(f"--refs takes at least two refs, the before first; got {args.refs!r}")
     ceiling = same_cpu_ceiling()
     if ceiling is None:
-        print(f"no {ceiling_file(cpu_kind())} in benchmarks/results for this CPU kind: run "
+        print(f"no {kind_name(cpu_kind())}.json in benchmarks/results for this CPU kind: run "
               "benchmarks/machine_ceiling.py first for each step's share of the ceiling", flush=True)
     runs = [run_ref(ref, args.config, args.overrides, WORK / args.name, ceiling) for ref in refs]
     payload = {"command": command, "config": args.config, "overrides": args.overrides, "cpu": cpu(), "runs": runs,

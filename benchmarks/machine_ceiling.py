@@ -268,12 +268,6 @@ def same_cpu_ceiling() -> dict[str, Any] | None:
     return ceiling_for(cpu_kind())
 
 
-def ceiling_file(kind: str) -> str:
-    """The ceiling file of CPU kind `kind`, for reports: its name, or the name a run would write."""
-    found = ceiling_for(kind)
-    return found["file"] if found else f"{kind_name(kind)}.json"
-
-
 def measure(shapes: ModelShapes, dtypes: Sequence[str], repeats: int) -> dict[str, Any]:
     import torch
 

@@ -100,7 +100,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._results import RESULTS, invocation, machine, write_report, write_result  # noqa: E402
-from benchmarks.machine_ceiling import ceiling_file, generation_ceiling, same_cpu_ceiling, turn_prompts  # noqa: E402
+from benchmarks.machine_ceiling import generation_ceiling, kind_name, same_cpu_ceiling, turn_prompts  # noqa: E402
 from optima_agents.models.dtypes import resolve_dtype_here  # noqa: E402
 from optima_agents.models.gguf_export import CONVERTED_TYPES  # noqa: E402
 
@@ -862,7 +862,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     load_before = os.getloadavg()
     ceiling = same_cpu_ceiling()
     if ceiling is None:
-        print(f"no {ceiling_file(machine()['cpu_kind'])} in benchmarks/results for this CPU kind: run "
+        print(f"no {kind_name(machine()['cpu_kind'])}.json in benchmarks/results for this CPU kind: run "
               "benchmarks/machine_ceiling.py first for each path's share of the ceiling", flush=True)
     try:
         for i, name in enumerate(names):
