@@ -42,7 +42,7 @@ from optima_envs.errors import ConfigError
 from optima_envs.scoring import extract_tag
 from optima_envs.tasks.synth_hop import SPLITS, UNLIMITED
 
-SAMPLED_TURNS = ("moves", "values_first")
+SAMPLED_TURNS = ("moves", "values_first", "values_then_split")
 ITEM_NAMES = ("book", "hat", "ball", "lamp", "mug", "coin")
 NEGOTIATOR = Role("negotiator", "You and your partner must agree on how to split a pool of items.")
 
@@ -53,7 +53,10 @@ class NegotiationConfig:
     total_value (what the whole pool is worth to each agent), and sampled_turns: what a
     constrained sampler may write (never read by unconstrained play or the score): "moves", one
     move a turn; "values_first", the opener states its own value table and makes no move, and
-    every later turn is a move, optionally after the speaker's table (`values_first_pattern`)."""
+    every later turn is a move, optionally after the speaker's table (`values_first_pattern`);
+    "values_then_split", a three-turn deal whose only sampled choice is the split: the opener states
+    its table, the second speaker proposes a whole-item split, the opener accepts
+    (`values_then_split_pattern`)."""
 
     item_types: int = 3
     max_count: int = 4
@@ -232,12 +235,19 @@ def move_template(items: Sequence[str]) -> str:
     return " ".join(f"{item}=N" for item in items)
 
 
-def move_pattern(instance: TaskInstance, *, accept: bool = True) -> str:
+def move_pattern(instance: TaskInstance, *, accept: bool = True, whole: bool = False) -> str:
     """A reply that is one well-formed move and nothing else: `<A>accept</A>` (unless `accept` is
     false), or a proposal listing every item once, in the game's order, with a count the pool can
-    honour."""
+    honour (with `whole`, 0 or the pool's count: each item type goes wholly to one side, the form
+    of every best split, `Game.best_take0`)."""
     game = Game.of(instance)
-    counts = " ".join(f"{item}=[0-{n}]" if n < 10 else f"{item}=(10|[0-9])" for item, n in zip(game.items, game.counts))
+
+    def count(n: int) -> str:
+        if whole:
+            return f"(0|{n})"
+        return f"[0-{n}]" if n < 10 else "(10|[0-9])"
+
+    counts = " ".join(f"{item}={count(n)}" for item, n in zip(game.items, game.counts))
     return f"<A>({'accept|' if accept else ''}propose {counts})</A>"
 
 
@@ -259,15 +269,42 @@ def values_first_pattern(instance: TaskInstance, evidence: Sequence[str], heard:
         ValueError: the evidence holds neither seat's value table.
     """
     game = Game.of(instance)
+    statement = _stated_table(game, evidence)
+    if not heard:
+        return statement
+    return f"({statement} )?{move_pattern(instance, accept=_partner_proposed(game, heard))}"
+
+
+def values_then_split_pattern(instance: TaskInstance, evidence: Sequence[str], heard: Sequence[str] = ()) -> str:
+    """A constrained turn whose only sampled choice is the split, so that every sampled dialogue
+    is a deal and the search spends itself on which one: the opener states its own table verbatim
+    (as in `values_first_pattern`), the second speaker, having read it, proposes a split that gives
+    each item type wholly to one side (every best split has that form), and the opener accepts.
+    Selection then keeps the dialogues whose split fits both tables, which the second speaker can
+    only find by reading the first.
+
+    Raises:
+        ValueError: on the opener's turn, its evidence holds neither seat's value table.
+    """
+    game = Game.of(instance)
+    if not heard:
+        return _stated_table(game, evidence)
+    if _partner_proposed(game, heard):
+        return escape("<A>accept</A>")
+    return move_pattern(instance, accept=False, whole=True)
+
+
+def _stated_table(game: Game, evidence: Sequence[str]) -> str:
+    """The regex of the speaker's own table said verbatim (`values_statement`)."""
     tables = [format_take(game.items, game.values[s]) for s in (0, 1)]
     own = next((t for t in tables if any(e.endswith(t) for e in evidence)), None)
     if own is None:
         raise ValueError(f"no value table of this game in the speaker's evidence {list(evidence)!r}")
-    statement = escape(values_statement(own))
-    if not heard:
-        return statement
-    offered = any(isinstance(_tagged_move(text, game), Proposal) for text in heard)
-    return f"({statement} )?{move_pattern(instance, accept=offered)}"
+    return escape(values_statement(own))
+
+
+def _partner_proposed(game: Game, heard: Sequence[str]) -> bool:
+    return any(isinstance(_tagged_move(text, game), Proposal) for text in heard)
 
 
 def _tagged_move(text: str, game: Game) -> Move | None:
@@ -393,6 +430,9 @@ def oracle_policy(instance: TaskInstance, agents: Sequence[str]) -> Callable[[Ma
     return policy
 
 
+TURN_PATTERNS = {"moves": None, "values_first": values_first_pattern, "values_then_split": values_then_split_pattern}
+
+
 def item_names(instance: TaskInstance) -> tuple[str, ...]:
     """The game's item names: its swap group, as every move and value table spells them out."""
     return tuple(instance.meta["items"])
@@ -417,7 +457,7 @@ def make_task(*, item_types: int = 3, max_count: int = 4, total_value: int = 10,
         score_dialogue=score_negotiation,
         num_agents=2,
         answer_pattern=move_pattern,
-        turn_pattern=values_first_pattern if config.sampled_turns == "values_first" else None,
+        turn_pattern=TURN_PATTERNS[config.sampled_turns],
         answer_place=always_partner,
         solo_metric=score_seat_proposal,
         swap_group=item_names,

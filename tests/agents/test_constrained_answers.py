@@ -166,9 +166,10 @@ class TestVLLM:
             assert re.fullmatch(env.task.answer_pattern(env.state.instance), pick.text), pick.text
             assert record.final_answer is not None
 
-    def test_sampled_values_first_negotiations_open_with_the_openers_own_table(self, vllm_policy):
+    @pytest.mark.parametrize("sampled_turns", ["values_first", "values_then_split"])
+    def test_sampled_negotiations_open_with_the_openers_own_table(self, vllm_policy, sampled_turns):
         policy = vllm_policy.with_sampling(SamplingParams(temperature=1.0, max_new_tokens=48, seed=0))
-        kwargs = {"max_turns": 3, "sampled_turns": "values_first"}
+        kwargs = {"max_turns": 3, "sampled_turns": sampled_turns}
         records = RolloutEngine("negotiation-game", policy, env_kwargs=kwargs, progress=False).run(
             constrained(episode_specs(6, seed=4)))
         env = optima_envs.make("negotiation-game", **kwargs)
@@ -180,6 +181,8 @@ class TestVLLM:
                 heard = tuple(t.text for t in record.turns[:k] if t.speaker != turn.speaker)
                 evidence = (f"Your value per item: {format_take(game.items, game.values[k % 2])}",)
                 assert re.fullmatch(env.task.turn_pattern(env.state.instance, evidence, heard), turn.text), turn.text
+            if sampled_turns == "values_then_split":  # state, propose, accept: every sampled dialogue is a deal
+                assert len(record.turns) == 3 and record.end_reason == "accepted" and record.score_ok
 
     def test_sampled_synth_hop_turns_all_match_the_speakers_turn_pattern(self, vllm_policy):
         policy = vllm_policy.with_sampling(SamplingParams(temperature=1.0, max_new_tokens=64, seed=0))

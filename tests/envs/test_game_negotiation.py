@@ -26,6 +26,7 @@ from optima_envs.tasks.negotiation import (
     parse_move,
     score_proposal,
     values_first_pattern,
+    values_then_split_pattern,
 )
 from optima_envs.test import check_env, check_snapshot_roundtrip, play, scripted
 
@@ -76,7 +77,8 @@ class TestSource:
         ({"max_count": 0}, "max_count must be in [1, 10], got 0"),
         ({"total_value": 31}, "total_value must be in [2, 30], got 31"),
         ({"split": "dev"}, "split must be one of ['test', 'train', 'validation'], got 'dev'"),
-        ({"sampled_turns": "values"}, "sampled_turns must be one of ['moves', 'values_first'], got 'values'"),
+        ({"sampled_turns": "values"}, "sampled_turns must be one of ['moves', 'values_first', 'values_then_split'], "
+                                     "got 'values'"),
     ])
     def test_bad_knobs(self, kwargs, message):
         with pytest.raises(ConfigError, match=re.escape(message)):
@@ -158,6 +160,47 @@ class TestValuesFirstTurns:
         for env in (plain, values_first):
             env.reset(seed=5, options={"index": 7})
         assert plain.state.instance == values_first.state.instance
+
+
+class TestValuesThenSplitTurns:
+    ALICE, BOB = TestValuesFirstTurns.ALICE, TestValuesFirstTurns.BOB
+    STATED = "My values: book=2 hat=2 ball=1."
+
+    def test_the_task_uses_it_when_asked(self):
+        task = optima_envs.make(ENV_ID, sampled_turns="values_then_split").task
+        assert task.turn_pattern is values_then_split_pattern
+
+    def test_the_opener_states_its_own_table(self):
+        pattern = values_then_split_pattern(INSTANCE, self.ALICE, ())
+        assert re.fullmatch(pattern, self.STATED)
+        assert not re.fullmatch(pattern, "<A>propose book=3 hat=0 ball=0</A>")
+
+    def test_the_second_speaker_proposes_a_whole_item_split_and_nothing_else(self):
+        pattern = values_then_split_pattern(INSTANCE, self.BOB, (self.STATED,))
+        whole = [f"<A>propose book={b} hat={h} ball={c}</A>" for b in (0, 3) for h in (0, 1) for c in (0, 2)]
+        assert all(re.fullmatch(pattern, turn) for turn in whole)
+        for turn in ("<A>accept</A>", "<A>propose book=1 hat=1 ball=2</A>", "<A>propose book=3 hat=1 ball=1</A>",
+                     "My values: book=0 hat=4 ball=3. <A>propose book=0 hat=1 ball=2</A>"):
+            assert not re.fullmatch(pattern, turn), turn
+
+    def test_after_a_valid_partner_proposal_the_turn_is_accept(self):
+        pattern = values_then_split_pattern(INSTANCE, self.ALICE, ("<A>propose book=0 hat=1 ball=2</A>",))
+        assert re.fullmatch(pattern, "<A>accept</A>")
+        assert not re.fullmatch(pattern, "<A>propose book=3 hat=0 ball=0</A>")
+
+    def test_the_three_sampled_turns_make_a_deal_scored_by_the_split(self):
+        turns = [(self.ALICE, self.STATED), (self.BOB, "<A>propose book=0 hat=1 ball=2</A>"),
+                 (self.ALICE, "<A>accept</A>")]
+        for k, (evidence, turn) in enumerate(turns):
+            heard = tuple(said for (seen, said) in turns[:k] if seen != evidence)
+            assert re.fullmatch(values_then_split_pattern(INSTANCE, evidence, heard), turn), turn
+        _, (_, rewards, terms, _, infos) = _play([turn for _, turn in turns], sampled_turns="values_then_split")
+        assert rewards == {"alice": 1.0, "bob": 1.0} and all(terms.values())
+        assert infos["alice"]["deal"]["bob"] == {"book": 0, "hat": 1, "ball": 2}
+
+    def test_evidence_without_a_table_of_the_game_is_refused(self):
+        with pytest.raises(ValueError, match="no value table of this game"):
+            values_then_split_pattern(INSTANCE, ("Your value per item: book=1 hat=1 ball=1",), ())
 
 
 class TestScore:
