@@ -220,6 +220,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "(give it twice).")
     parser.add_argument("--task", help="The board task of the --cells sides.")
     parser.add_argument("--dtype", default="float32", help="The precision of the --cells sides and of the baseline.")
+    parser.add_argument("--side-dtypes", default=None, metavar="DTYPE,DTYPE",
+                        help="The precisions of the two --cells sides where they differ (runs trained and evaluated "
+                             "on CPUs of different kinds); the baseline stays at --dtype.")
     parser.add_argument("--system", default="mas", help="The board system of the --cells sides.")
     parser.add_argument("--board", default=BOARD, help="The board of the --cells sides.")
     parser.add_argument("--heldout", action="append", default=[], metavar="KEY=VALUE",
@@ -238,7 +241,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             parser.error("board mode takes exactly two --cells and a --task, and no result names")
         board = args.board
         index = on_heldout(json.loads((ROOT / board / "leaderboard.json").read_text())["cells"], args.heldout)
-        sides = [board_side(spec, index, args.task, args.dtype, args.system) for spec in args.cells]
+        dtypes = [args.dtype] * 2 if args.side_dtypes is None else [d.strip() for d in args.side_dtypes.split(",")]
+        if len(dtypes) != 2 or not all(dtypes):
+            parser.error(f"--side-dtypes takes two precisions, one per --cells side, got {args.side_dtypes!r}")
+        sides = [board_side(spec, index, args.task, dtype, args.system) for spec, dtype in zip(args.cells, dtypes)]
         task, best = args.task, best_baseline(index, args.base_label, args.dtype, args.task)
         task_kwargs = sides[0].cells[0]["heldout"]["env_kwargs"]
         names = [s.system for s in sides]

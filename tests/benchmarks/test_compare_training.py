@@ -80,6 +80,27 @@ def test_board_cells_named_by_label_make_the_two_sides_and_ablations_are_not_tak
     assert "`a-seed1`: 0.800" in written["report"]
 
 
+def test_the_two_sides_may_be_cells_of_different_precisions(tmp_path, monkeypatch):
+    _board(tmp_path)
+    path = tmp_path / "board" / "leaderboard.json"
+    cells = json.loads(path.read_text())["cells"]
+    path.write_text(json.dumps({"cells": [{**c, "dtype": "float32"} if c["model"].startswith("a-") else c
+                                          for c in cells]}))
+    monkeypatch.setattr(compare_training, "ROOT", tmp_path)
+    written = {}
+    monkeypatch.setattr(compare_training, "write_result", lambda name, payload: written.update(payload))
+    monkeypatch.setattr(compare_training, "write_report", lambda path, text: None)
+    args = ["--task", "game", "--dtype", "bfloat16", "--board", "board", "--samples", "50",
+            "--cells", "grpo=a-seed0,a-seed1", "--cells", "isft=b-seed0,b-seed1", "--out", "x"]
+    with pytest.raises(SystemExit, match="no bfloat16 mas cell of game for a-seed0, a-seed1"):
+        compare_training.main(args)
+    compare_training.main(args + ["--side-dtypes", "float32,bfloat16"])
+    assert [r["score"]["runs"] for r in written["rows"]] == [[0.9, 0.8], [0.6, 0.7]]
+    assert written["best_baseline"]["system"] == "sc"
+    with pytest.raises(SystemExit):
+        compare_training.main(args + ["--side-dtypes", "float32"])
+
+
 def test_a_label_missing_from_the_board_is_named_in_the_error(tmp_path, monkeypatch):
     _board(tmp_path)
     monkeypatch.setattr(compare_training, "ROOT", tmp_path)
