@@ -42,7 +42,6 @@ from optima_envs.errors import ConfigError
 from optima_envs.scoring import extract_tag
 from optima_envs.tasks.synth_hop import SPLITS, UNLIMITED
 
-SAMPLED_TURNS = ("moves", "values_first", "values_then_split")
 ITEM_NAMES = ("book", "hat", "ball", "lamp", "mug", "coin")
 NEGOTIATOR = Role("negotiator", "You and your partner must agree on how to split a pool of items.")
 
@@ -74,8 +73,8 @@ class NegotiationConfig:
             raise ConfigError(f"negotiation-game: total_value must be in [2, 30], got {self.total_value}")
         if self.split not in SPLITS:
             raise ConfigError(f"negotiation-game: split must be one of {sorted(SPLITS)}, got {self.split!r}")
-        if self.sampled_turns not in SAMPLED_TURNS:
-            raise ConfigError(f"negotiation-game: sampled_turns must be one of {list(SAMPLED_TURNS)}, "
+        if self.sampled_turns not in TURN_PATTERNS:
+            raise ConfigError(f"negotiation-game: sampled_turns must be one of {list(TURN_PATTERNS)}, "
                               f"got {self.sampled_turns!r}")
 
 
@@ -430,6 +429,7 @@ def oracle_policy(instance: TaskInstance, agents: Sequence[str]) -> Callable[[Ma
     return policy
 
 
+#: What each `sampled_turns` setting constrains a sampled turn to (None: one move, `answer_pattern`).
 TURN_PATTERNS = {"moves": None, "values_first": values_first_pattern, "values_then_split": values_then_split_pattern}
 
 
